@@ -1,0 +1,1 @@
+"""The HTTP API: FastAPI app factory, routes, wire schemas, auth, error mapping."""

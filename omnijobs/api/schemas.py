@@ -1,0 +1,101 @@
+"""Wire models: ``XCreate`` for requests, ``XPublic`` for responses."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+ResponseFormat = Literal["mp3", "opus", "aac", "flac", "wav", "pcm"]
+MAX_METADATA_KEYS = 16
+
+
+def check_metadata(value: dict[str, str] | None) -> dict[str, str] | None:
+    """OpenAI's metadata limits: 16 pairs, keys up to 64 and values up to 512 characters."""
+    if value is None:
+        return None
+    if len(value) > MAX_METADATA_KEYS:
+        raise ValueError(f"at most {MAX_METADATA_KEYS} metadata pairs are allowed")
+    for k, v in value.items():
+        if len(k) > 64 or len(v) > 512:
+            raise ValueError("metadata keys are limited to 64 and values to 512 characters")
+    return value
+
+
+class SpeechCreate(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    model: str = Field(min_length=1, max_length=200)
+    input: str = Field(min_length=1, max_length=4096)
+    voice: str | None = Field(default=None, max_length=64)
+    response_format: ResponseFormat = "mp3"
+    speed: float = Field(default=1.0, ge=0.25, le=4.0)
+    instructions: str | None = Field(default=None, max_length=4096)
+    stream_format: Literal["audio"] | None = None
+    metadata: dict[str, str] | None = None
+
+    _metadata = field_validator("metadata")(check_metadata)
+
+
+class JobError(BaseModel):
+    code: str
+    message: str
+
+
+class OutputPublic(BaseModel):
+    index: int
+    url: str
+    url_expires_at: int
+    content_type: str
+    bytes: int
+    sha256: str
+    duration_s: float | None = None
+    sample_rate: int | None = None
+    channels: int | None = None
+    width: int | None = None
+    height: int | None = None
+    fps: float | None = None
+    frames: int | None = None
+
+
+class JobPublic(BaseModel):
+    id: str
+    object: Literal["job"] = "job"
+    kind: str
+    model: str
+    status: str
+    progress: int
+    attempts: int
+    max_attempts: int
+    created_at: int
+    started_at: int | None
+    completed_at: int | None
+    error: JobError | None
+    outputs: list[OutputPublic]
+    metadata: dict[str, str] | None
+
+
+class JobList(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[JobPublic]
+    first_id: str | None
+    last_id: str | None
+    has_more: bool
+
+
+class ModelPublic(BaseModel):
+    id: str
+    object: Literal["model"] = "model"
+    created: int = 0
+    owned_by: str = "omnijobs"
+    pipeline: str
+    kind: str
+    max_input_chars: int
+    sample_rate: int | None
+    max_seconds: float
+    voices: list[str] | None
+
+
+class ModelList(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[ModelPublic]

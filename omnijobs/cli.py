@@ -1,0 +1,170 @@
+"""``omnijobs``: the console script and the composition root. Nothing imports it."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+from typing import Annotated
+
+import typer
+
+from .core.settings import Settings
+
+cli = typer.Typer(help="omnijobs: durable speech and video jobs.", no_args_is_help=True)
+keys_cli = typer.Typer(help="Manage API keys.", no_args_is_help=True)
+cli.add_typer(keys_cli, name="keys")
+
+
+def _settings() -> Settings:
+    settings = Settings()
+    settings.home.mkdir(parents=True, exist_ok=True)
+    return settings
+
+
+def _logging(level: str = "INFO") -> None:
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+
+
+@cli.command()
+def migrate() -> None:
+    """Bring the database schema up to date (Alembic)."""
+    from .storage.migrate import upgrade
+
+    settings = _settings()
+    upgrade(settings.db_url)
+    typer.echo("database is at the latest revision")
+
+
+@keys_cli.command("create")
+def keys_create(tenant: Annotated[str, typer.Option(help="Tenant name (created if new)")]
+                ) -> None:
+    """Create an API key for TENANT; the key is printed alone on the last line."""
+    from .storage.db import make_engine, make_sessionmaker
+    from .storage.repositories import KeyRepository
+
+    settings = _settings()
+    tenant_id, key = KeyRepository(make_sessionmaker(make_engine(settings.db_url))).create_key(
+        tenant)
+    typer.echo(f"tenant {tenant} ({tenant_id}): new API key below; it is shown only once")
+    typer.echo(key)
+
+
+def build_api(settings: Settings):
+    from .api.app import create_app
+    from .tasks.app import make_celery
+    from .tasks.dispatch import publish
+
+    celery = make_celery(settings)
+
+    def broker_check() -> None:
+        with celery.connection_for_write() as conn:
+            conn.ensure_connection(max_retries=1, timeout=2)
+
+    return create_app(settings, lambda msg: publish(celery, msg), broker_check)
+
+
+@cli.command()
+def api(host: str = "127.0.0.1", port: int = 8000, log_level: str = "info") -> None:
+    """Serve the HTTP API."""
+    import uvicorn
+
+    _logging(log_level.upper())
+    uvicorn.run(build_api(_settings()), host=host, port=port, log_level=log_level)
+
+
+@cli.command()
+def worker(
+    pipeline: Annotated[list[str] | None, typer.Option(
+        help="Pipeline(s) to serve; default: every enabled one")] = None,
+    maintenance: Annotated[bool, typer.Option(help="Also run relay/reaper tasks")] = True,
+    beat: Annotated[bool, typer.Option(help="Embed the periodic scheduler")] = False,
+    gpu: Annotated[int | None, typer.Option(help="Pin this process to one GPU")] = None,
+    loglevel: str = "INFO",
+) -> None:
+    """Run a worker: one process, models loaded once before it takes jobs."""
+    from .pipelines import get_spec
+    from .tasks.app import make_celery
+    from .tasks.maintenance import MAINTENANCE_QUEUE
+    from .tasks.runtime import get_runtime
+
+    if gpu is not None:
+        os.environ["CUDA_VISIBLE_DEVICES"] = str(gpu)
+    _logging(loglevel)
+    settings = _settings()
+    names = pipeline or settings.pipelines
+    runtime = get_runtime(settings)
+    runtime.warm(names)
+    queues = [get_spec(n).queue for n in names] + ([MAINTENANCE_QUEUE] if maintenance else [])
+    argv = ["worker", "--pool=solo", "-Q", ",".join(queues), f"--loglevel={loglevel}",
+            "-n", f"omnijobs-{os.getpid()}@%h", "--without-gossip", "--without-mingle", "-E"]
+    if beat:
+        argv += ["-B", "-s", str((settings.home / "celerybeat-schedule").resolve())]
+    make_celery(settings).worker_main(argv)
+
+
+@cli.command()
+def beat(loglevel: str = "INFO") -> None:
+    """Run the periodic scheduler (outbox relay, lease reaper)."""
+    from .tasks.app import make_celery
+
+    settings = _settings()
+    make_celery(settings).start(["beat", f"--loglevel={loglevel}", "-s",
+                                 str((settings.home / "celerybeat-schedule").resolve())])
+
+
+def _dev_key(settings: Settings) -> str:
+    from .storage.db import make_engine, make_sessionmaker
+    from .storage.repositories import KeyRepository
+
+    keys = KeyRepository(make_sessionmaker(make_engine(settings.db_url)))
+    path = settings.home / "dev-api-key"
+    if path.exists() and keys.authenticate(path.read_text().strip()):
+        return path.read_text().strip()
+    _, key = keys.create_key("dev")
+    path.write_text(key + "\n")
+    path.chmod(0o600)
+    return key
+
+
+@cli.command()
+def dev(host: str = "127.0.0.1", port: int = 8000) -> None:
+    """Embedded mode: SQLite, filesystem broker, local object store, worker + API."""
+    import uvicorn
+
+    from .storage.migrate import upgrade
+
+    _logging()
+    settings = _settings()
+    if settings.mode != "embedded":
+        raise typer.BadParameter("omnijobs dev runs the embedded mode only")
+    os.environ.setdefault("OMNIJOBS_PUBLIC_BASE_URL", f"http://{host}:{port}")
+    settings = _settings()
+    upgrade(settings.db_url)
+    key = _dev_key(settings)
+    worker_proc = subprocess.Popen([sys.executable, "-m", "omnijobs.cli", "worker", "--beat"])
+    typer.echo(f"\nomnijobs is starting on http://{host}:{port}\nAPI key: {key}\n\n"
+               "Try:\n"
+               f"  curl -sS http://{host}:{port}/v1/audio/speech \\\n"
+               f"    -H 'Authorization: Bearer {key}' -H 'Content-Type: application/json' \\\n"
+               "    -d '{\"model\": \"tts-1\", \"voice\": \"alloy\", \"response_format\": "
+               "\"wav\", \"input\": \"Hello from omnijobs.\"}' \\\n"
+               "    -o hello.wav\n")
+    try:
+        uvicorn.run(build_api(settings), host=host, port=port, log_level="info")
+    finally:
+        worker_proc.send_signal(signal.SIGTERM)
+        try:
+            worker_proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            worker_proc.kill()
+
+
+def main() -> None:
+    cli()
+
+
+if __name__ == "__main__":
+    main()

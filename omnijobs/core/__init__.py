@@ -1,0 +1,1 @@
+"""Leaf package: settings, the error tree, job kinds and statuses. Imports nothing of ours."""

@@ -1,0 +1,154 @@
+"""The one error tree.
+
+Every error the service raises on purpose is an ``OmniJobsError``. Each class says
+when it is raised, which HTTP status it maps to (the mapping itself is applied once,
+in the API's app factory) and whether a worker may retry the job that raised it.
+Outside errors (botocore, PyAV, redis, onnxruntime) are translated where they enter,
+with ``raise ... from exc``, so nothing else needs to know those libraries.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+ECHO_LIMIT = 32
+MESSAGE_LIMIT = 500
+
+
+def clip(value: Any, limit: int = ECHO_LIMIT) -> str:
+    """Cut an echoed value so error messages never carry a caller's payload back."""
+    text = value if isinstance(value, str) else repr(value)
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+class OmniJobsError(Exception):
+    """Base class. ``code`` is the stable machine-readable reason."""
+
+    http_status = 500
+    error_type = "server_error"
+    code = "internal_error"
+    retryable = False
+
+    def __init__(self, message: str, *, code: str | None = None, param: str | None = None,
+                 retryable: bool | None = None) -> None:
+        super().__init__(message[:MESSAGE_LIMIT])
+        self.message = message[:MESSAGE_LIMIT]
+        if code is not None:
+            self.code = code
+        if retryable is not None:
+            self.retryable = retryable
+        self.param = param
+
+
+# ---- request errors (API, before anything is queued) -------------------------------
+
+class InvalidRequest(OmniJobsError):
+    """The request is malformed or breaks a pipeline's contract. Nothing was stored."""
+
+    http_status = 400
+    error_type = "invalid_request_error"
+    code = "invalid_request"
+
+
+class ModelNotFound(InvalidRequest):
+    """The requested model is not served by any enabled pipeline."""
+
+    code = "model_not_found"
+
+
+class AuthenticationFailed(OmniJobsError):
+    """Missing, malformed or unknown API key."""
+
+    http_status = 401
+    error_type = "invalid_request_error"
+    code = "invalid_api_key"
+
+
+class NotFound(OmniJobsError):
+    """The resource does not exist or belongs to another tenant (indistinguishable)."""
+
+    http_status = 404
+    error_type = "invalid_request_error"
+    code = "not_found"
+
+
+class Conflict(OmniJobsError):
+    """The resource is in a state that forbids the operation (e.g. content of a queued job)."""
+
+    http_status = 409
+    error_type = "invalid_request_error"
+    code = "conflict"
+
+
+class SignatureInvalid(OmniJobsError):
+    """A locally signed object URL is expired or tampered with."""
+
+    http_status = 403
+    error_type = "invalid_request_error"
+    code = "signature_invalid"
+
+
+class ServiceUnavailable(OmniJobsError):
+    """A dependency (database, broker, object store) is unreachable right now."""
+
+    http_status = 503
+    error_type = "server_error"
+    code = "service_unavailable"
+    retryable = True
+
+
+class ConfigurationError(OmniJobsError):
+    """Settings are unusable (e.g. placeholder secrets outside the embedded mode)."""
+
+    code = "configuration_error"
+
+
+# ---- job failures (workers; recorded on the job as its reason) ---------------------
+
+class JobFailure(OmniJobsError):
+    """A job could not be produced. Recorded as ``failed`` with ``code`` and message."""
+
+    code = "job_failed"
+
+
+class OutputInvalid(JobFailure):
+    """Generated media broke an assembly or validation rule (silent, empty, NaN, ...).
+
+    Not retryable: the same request would most likely produce the same result.
+    """
+
+    code = "output_invalid"
+
+
+class EncodingFailed(JobFailure):
+    """Encoding/muxing failed or the encoded bytes did not probe as expected."""
+
+    code = "encoding_failed"
+
+
+class PipelineFailed(JobFailure):
+    """The model pipeline raised. Retryable: engines fail transiently (OOM, restarts)."""
+
+    code = "pipeline_error"
+    retryable = True
+
+
+class StorageFailed(JobFailure):
+    """The object store refused or could not be reached. Retryable."""
+
+    code = "storage_error"
+    retryable = True
+
+
+class JobCancelled(JobFailure):
+    """The job was cancelled while running; the worker stops and records nothing."""
+
+    code = "cancelled"
+
+
+class RenderFailed(OmniJobsError):
+    """A job the caller waited on synchronously ended ``failed``; carries the job's reason."""
+
+    http_status = 500
+    error_type = "server_error"
+    code = "job_failed"

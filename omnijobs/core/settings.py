@@ -1,0 +1,93 @@
+"""One Settings object, read from ``OMNIJOBS_*`` environment variables.
+
+The defaults are the embedded mode: SQLite, a filesystem broker and a local-disk
+object store under ``./.omnijobs``, so ``omnijobs dev`` runs with nothing installed.
+Production sets ``OMNIJOBS_MODE=production``; then placeholder secrets are refused.
+"""
+
+from __future__ import annotations
+
+from functools import cached_property
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+PLACEHOLDER_SECRETS = frozenset({"", "change-me", "dev-insecure-signing-secret", "minioadmin",
+                                 "omnijobs", "secret", "password"})
+
+DEFAULT_ALIASES = {
+    "tts-1": "piper-joe",
+    "tts-1-hd": "piper-joe",
+    "gpt-4o-mini-tts": "piper-joe",
+}
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="OMNIJOBS_", extra="ignore")
+
+    mode: Literal["embedded", "production"] = "embedded"
+    home: Path = Path(".omnijobs")
+
+    database_url: str | None = None
+    broker_url: str | None = None
+
+    object_store: Literal["local", "s3"] = "local"
+    s3_endpoint_url: str | None = None
+    s3_public_endpoint_url: str | None = Field(
+        default=None, description="Endpoint used when presigning, if clients reach S3 elsewhere")
+    s3_bucket: str = "omnijobs"
+    s3_region: str = "us-east-1"
+    s3_access_key_id: str | None = None
+    s3_secret_access_key: str | None = None
+    s3_addressing_style: Literal["path", "virtual", "auto"] = "path"
+    s3_create_bucket: bool = True
+
+    public_base_url: str = "http://127.0.0.1:8000"
+    signing_secret: str = "dev-insecure-signing-secret"
+    signed_url_ttl_s: int = Field(default=3600, ge=1, le=7 * 24 * 3600)
+
+    sync_wait_default_s: float = Field(default=60.0, ge=0)
+    sync_wait_max_s: float = Field(default=300.0, ge=0)
+
+    lease_s: float = Field(default=60.0, gt=0)
+    max_attempts: int = Field(default=3, ge=1)
+    retry_backoff_s: float = Field(default=2.0, ge=0)
+    outbox_grace_s: float = Field(default=10.0, ge=0)
+
+    pipelines: list[str] = ["piper-joe"]
+    pipeline_modules: list[str] = []
+    model_aliases: dict[str, str] = DEFAULT_ALIASES
+
+    @model_validator(mode="after")
+    def _refuse_placeholders(self) -> Settings:
+        if self.mode == "production":
+            if self.signing_secret in PLACEHOLDER_SECRETS or len(self.signing_secret) < 16:
+                raise ValueError("OMNIJOBS_SIGNING_SECRET must be set to a real secret "
+                                 "(16+ characters) outside the embedded mode")
+            if self.object_store == "s3" and (
+                    self.s3_secret_access_key in PLACEHOLDER_SECRETS
+                    or self.s3_secret_access_key is None):
+                raise ValueError("OMNIJOBS_S3_SECRET_ACCESS_KEY must be set to a real secret "
+                                 "outside the embedded mode")
+            if self.database_url is None or self.broker_url is None:
+                raise ValueError("OMNIJOBS_DATABASE_URL and OMNIJOBS_BROKER_URL are required "
+                                 "outside the embedded mode")
+        return self
+
+    @cached_property
+    def db_url(self) -> str:
+        return self.database_url or f"sqlite:///{(self.home / 'omnijobs.db').resolve()}"
+
+    @cached_property
+    def broker(self) -> str:
+        return self.broker_url or "filesystem://"
+
+    @property
+    def broker_folder(self) -> Path:
+        return (self.home / "broker").resolve()
+
+    @property
+    def objects_dir(self) -> Path:
+        return (self.home / "objects").resolve()

@@ -1,0 +1,1 @@
+"""Pure functions on arrays and bytes: aggregate, validate, encode, mux, probe."""

@@ -1,0 +1,61 @@
+"""Re-open produced bytes and report what is really in them.
+
+Encoders and muxers fail quietly (a stream dropped, a rate changed), so every output
+is decoded again before upload and compared with what we meant to produce.
+"""
+
+from __future__ import annotations
+
+import io
+from dataclasses import dataclass
+
+import av
+import numpy as np
+
+from ..core.errors import EncodingFailed
+
+
+@dataclass(frozen=True)
+class AudioProbe:
+    codec: str
+    sample_rate: int
+    channels: int
+    frames: int
+    samples: np.ndarray  # (C, N) float32, decoded
+
+    @property
+    def duration_s(self) -> float:
+        return self.frames / self.sample_rate if self.sample_rate else 0.0
+
+
+def _open(data: bytes, container_format: str | None, options: dict | None):
+    return av.open(io.BytesIO(data), mode="r", format=container_format, options=options or {})
+
+
+def probe_audio(data: bytes, *, container_format: str | None = None,
+                raw_rate: int | None = None, raw_channels: int = 1) -> AudioProbe:
+    """Decode every audio frame; raw PCM needs its rate and channels given."""
+    options = None
+    if container_format == "s16le":
+        options = {"sample_rate": str(raw_rate), "ch_layout": "mono" if raw_channels == 1
+                   else "stereo"}
+    try:
+        with _open(data, container_format, options) as container:
+            if not container.streams.audio:
+                raise EncodingFailed("encoded file has no audio stream", code="audio_missing")
+            stream = container.streams.audio[0]
+            chunks = [frame.to_ndarray().reshape(frame.layout.nb_channels, -1)
+                      if frame.format.is_planar
+                      else frame.to_ndarray().reshape(-1, frame.layout.nb_channels).T
+                      for frame in container.decode(stream)]
+            codec = stream.codec_context.name
+            rate = stream.codec_context.sample_rate
+            channels = stream.codec_context.layout.nb_channels
+    except av.FFmpegError as exc:
+        raise EncodingFailed(f"encoded audio does not decode: {exc}") from exc
+    samples = (np.concatenate(chunks, axis=1) if chunks
+               else np.zeros((channels, 0), dtype=np.float32))
+    if np.issubdtype(samples.dtype, np.integer):
+        samples = samples.astype(np.float32) / float(np.iinfo(samples.dtype).max + 1)
+    return AudioProbe(codec=codec, sample_rate=rate, channels=channels,
+                      frames=int(samples.shape[1]), samples=samples.astype(np.float32))

@@ -1,0 +1,19 @@
+"""Model pipelines, one backend per module, registered by name.
+
+Importing a backend module registers its spec and must stay cheap: torch, vllm,
+onnxruntime and model weights are loaded inside ``Pipeline.load()`` in the worker.
+"""
+
+from .base import Pipeline, PipelineSpec, RunContext, SpeechRequest
+from .registry import (
+                       all_specs,
+                       get_pipeline_class,
+                       get_spec,
+                       import_pipeline_modules,
+                       register_pipeline,
+                       resolve_model,
+)
+
+__all__ = ["Pipeline", "PipelineSpec", "RunContext", "SpeechRequest", "all_specs",
+           "get_pipeline_class", "get_spec", "import_pipeline_modules", "register_pipeline",
+           "resolve_model"]

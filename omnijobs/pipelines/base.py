@@ -1,0 +1,108 @@
+"""The pipeline contract: a light spec (importable by the API) and a runtime (worker only)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import numpy as np
+
+from ..core.errors import InvalidRequest, clip
+from ..core.jobs import JobKind
+from ..media.audio import AudioMode
+from ..media.validate import AudioBounds
+
+OPENAI_VOICES = frozenset({"alloy", "ash", "ballad", "coral", "echo", "fable", "nova", "onyx",
+                           "sage", "shimmer", "verse", "marin", "cedar"})
+
+
+@dataclass(frozen=True)
+class SpeechRequest:
+    """A speech job's request as the worker sees it (already validated at submit)."""
+
+    input: str
+    voice: str | None = None
+    response_format: str = "mp3"
+    speed: float = 1.0
+    instructions: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> SpeechRequest:
+        known = {k: data[k] for k in ("input", "voice", "response_format", "speed",
+                                      "instructions") if k in data}
+        extra = {k: v for k, v in data.items() if k not in known}
+        return cls(**known, extra=extra)
+
+
+@dataclass(frozen=True)
+class PipelineSpec:
+    """What a pipeline serves and accepts; everything the API needs to validate a job."""
+
+    name: str
+    kind: JobKind
+    models: tuple[str, ...]
+    description: str = ""
+    audio_mode: AudioMode = "incremental"
+    sample_rate: int | None = None
+    channels: int = 1
+    max_input_chars: int = 4096
+    audio_bounds: AudioBounds = AudioBounds()
+    voices: frozenset[str] | None = None  # None: the pipeline takes no voice at all
+    supports_instructions: bool = False
+    extra_fields: frozenset[str] = frozenset()  # pipeline-specific request fields accepted
+
+    @property
+    def queue(self) -> str:
+        return "pipeline." + re.sub(r"[^A-Za-z0-9_.-]", "-", self.name)
+
+    def validate_speech(self, req: SpeechRequest) -> None:
+        """Raise InvalidRequest for anything this pipeline cannot honour."""
+        if len(req.input) > self.max_input_chars:
+            raise InvalidRequest(f"input is {len(req.input)} characters; {self.name} accepts "
+                                 f"at most {self.max_input_chars}", param="input",
+                                 code="input_too_long")
+        voice = (req.voice or "").strip()
+        if voice and voice.lower() != "default" and (
+                self.voices is None or voice.lower() not in self.voices):
+            raise InvalidRequest(f"voice '{clip(voice)}' is not available for model "
+                                 f"'{clip(self.models[0])}'", param="voice",
+                                 code="unsupported_voice")
+        if req.instructions and not self.supports_instructions:
+            raise InvalidRequest(f"instructions are not supported by '{clip(self.models[0])}'",
+                                 param="instructions", code="unsupported_parameter")
+        unknown = set(req.extra) - self.extra_fields
+        if unknown:
+            name = sorted(unknown)[0]
+            raise InvalidRequest(f"unrecognised parameter '{clip(name)}' for "
+                                 f"'{clip(self.models[0])}'", param=clip(name),
+                                 code="unsupported_parameter")
+
+
+@dataclass
+class RunContext:
+    """Given to a running pipeline: report progress, notice cancellation."""
+
+    job_id: str
+    report_progress: Callable[[float], None] = lambda _fraction: None
+    is_cancelled: Callable[[], bool] = lambda: False
+
+
+@dataclass(frozen=True)
+class AudioPiece:
+    samples: np.ndarray
+    sample_rate: int
+
+
+class Pipeline:
+    """Base for backends. ``load`` runs once per worker process, before any job."""
+
+    spec: ClassVar[PipelineSpec]
+
+    def load(self) -> None:
+        """Import heavy libraries and load weights. Default: nothing to load."""
+
+    def speech(self, request: SpeechRequest, ctx: RunContext) -> Iterator[AudioPiece]:
+        raise NotImplementedError(f"{self.spec.name} does not generate speech")

@@ -1,0 +1,1 @@
+"""Persistence: the database (models, sessions, repositories) and the object store."""

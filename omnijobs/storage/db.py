@@ -1,0 +1,29 @@
+"""Engine and session factory. SQLite gets WAL and a busy timeout so the embedded
+mode's API and worker processes can share one file."""
+
+from __future__ import annotations
+
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.orm import Session, sessionmaker
+
+
+def make_engine(url: str) -> Engine:
+    if url.startswith("sqlite"):
+        engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
+
+        @event.listens_for(engine, "connect")
+        def _pragmas(dbapi_conn, _record):  # pragma: no cover - trivial
+            cur = dbapi_conn.cursor()
+            cur.execute("PRAGMA journal_mode=WAL")
+            cur.execute("PRAGMA busy_timeout=30000")
+            cur.execute("PRAGMA foreign_keys=ON")
+            cur.close()
+
+        return engine
+    if url.startswith("postgresql://"):
+        url = "postgresql+psycopg://" + url.removeprefix("postgresql://")
+    return create_engine(url, pool_pre_ping=True, pool_size=5, max_overflow=5)
+
+
+def make_sessionmaker(engine: Engine) -> sessionmaker[Session]:
+    return sessionmaker(engine, expire_on_commit=False)

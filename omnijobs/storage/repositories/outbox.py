@@ -1,0 +1,54 @@
+"""The outbox: messages committed with the state they announce, published after."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from sqlalchemy import select, update
+from sqlalchemy.orm import Session, sessionmaker
+
+from ..models import OutboxMessage
+from ..records import OutboxRecord
+
+
+def add_message(s: Session, *, topic: str, job_id: str, queue: str, payload: dict,
+                delay_s: float = 0.0) -> OutboxMessage:
+    """Stage a message inside the caller's transaction (used by the job repository)."""
+    now = datetime.now(UTC)
+    msg = OutboxMessage(topic=topic, job_id=job_id, queue=queue, payload=payload,
+                        created_at=now, available_at=now + timedelta(seconds=delay_s))
+    s.add(msg)
+    s.flush()
+    return msg
+
+
+def _record(m: OutboxMessage) -> OutboxRecord:
+    return OutboxRecord(id=m.id, topic=m.topic, job_id=m.job_id, queue=m.queue,
+                        payload=dict(m.payload), available_at=m.available_at)
+
+
+class OutboxRepository:
+    def __init__(self, sessions: sessionmaker[Session]) -> None:
+        self._sessions = sessions
+
+    def due(self, *, grace_s: float, limit: int = 100) -> list[OutboxRecord]:
+        """Unpublished messages that are due and older than ``grace_s``.
+
+        The grace period leaves the submitting process time to publish its own
+        message first; a message published twice is harmless (claims are CAS).
+        """
+        now = datetime.now(UTC)
+        with self._sessions() as s:
+            rows = s.scalars(select(OutboxMessage).where(
+                OutboxMessage.published_at.is_(None),
+                OutboxMessage.available_at <= now,
+                OutboxMessage.created_at <= now - timedelta(seconds=grace_s),
+            ).order_by(OutboxMessage.id).limit(limit)).all()
+            return [_record(m) for m in rows]
+
+    def mark_published(self, ids: list[int]) -> None:
+        if not ids:
+            return
+        with self._sessions.begin() as s:
+            s.execute(update(OutboxMessage).where(OutboxMessage.id.in_(ids))
+                      .values(published_at=datetime.now(UTC)))

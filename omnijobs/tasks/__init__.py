@@ -1,0 +1,1 @@
+"""Celery app and tasks: render, maintenance (outbox relay, lease reaper)."""
