@@ -44,9 +44,13 @@ class Audio:
 def to_channel_first(samples: np.ndarray) -> np.ndarray:
     """Normalise 1-D or 2-D audio to float32 (C, N); reject what cannot be told apart."""
     arr = np.asarray(samples)
-    if np.issubdtype(arr.dtype, np.integer):
+    if np.issubdtype(arr.dtype, np.unsignedinteger):  # offset binary (8-bit PCM)
+        half = float(np.iinfo(arr.dtype).max + 1) / 2
+        arr = (arr.astype(np.float32) - half) / half
+    elif np.issubdtype(arr.dtype, np.integer):
         arr = arr.astype(np.float32) / float(np.iinfo(arr.dtype).max + 1)
-    arr = arr.astype(np.float32, copy=False)
+    # Always a copy: a pipeline may reuse its output buffer for the next chunk.
+    arr = np.array(arr, dtype=np.float32, copy=True)
     if arr.ndim == 1:
         return arr[np.newaxis, :]
     if arr.ndim != 2:
@@ -73,9 +77,12 @@ class AudioAggregator:
         self._longest: np.ndarray | None = None
 
     def add(self, samples: np.ndarray, sample_rate: int) -> None:
-        arr = to_channel_first(samples)
-        if arr.shape[1] == 0:
+        if np.size(samples) == 0:
             return  # empty payloads happen (warm-up steps, trailing snapshots): ignore
+        if not sample_rate or not np.isfinite(sample_rate) or sample_rate <= 0:
+            raise OutputInvalid(f"invalid sample rate {sample_rate!r}",
+                                code="sample_rate_invalid")
+        arr = to_channel_first(samples)
         if self.sample_rate is None:
             self.sample_rate, self.channels = int(sample_rate), arr.shape[0]
         elif int(sample_rate) != self.sample_rate:

@@ -22,6 +22,8 @@ class AudioFormat:
     name: str
     container: str
     codec: str
+    demuxer: str  # FFmpeg's reader for the container (ADTS is written "adts", read "aac")
+    decoders: tuple[str, ...]  # decoder names a correct file probes as
     content_type: str
     extension: str
     sample_format: str
@@ -31,17 +33,20 @@ class AudioFormat:
 
 
 FORMATS: dict[str, AudioFormat] = {f.name: f for f in (
-    AudioFormat("mp3", "mp3", "libmp3lame", "audio/mpeg", "mp3", "s16p",
+    AudioFormat("mp3", "mp3", "libmp3lame", "mp3", ("mp3float", "mp3"), "audio/mpeg", "mp3",
+                "s16p",
                 (8000, 11025, 12000, 16000, 22050, 24000, 32000, 44100, 48000),
                 bit_rate=128_000),
-    AudioFormat("opus", "ogg", "libopus", "audio/ogg", "opus", "s16", fixed_rate=48000,
+    AudioFormat("opus", "ogg", "libopus", "ogg", ("opus", "libopus"), "audio/ogg", "opus",
+                "s16", fixed_rate=48000,
                 bit_rate=64_000),
-    AudioFormat("aac", "adts", "aac", "audio/aac", "aac", "fltp",
+    AudioFormat("aac", "adts", "aac", "aac", ("aac", "aac_fixed"), "audio/aac", "aac", "fltp",
                 (7350, 8000, 11025, 12000, 16000, 22050, 24000, 32000, 44100, 48000, 64000,
                  88200, 96000), bit_rate=128_000),
-    AudioFormat("flac", "flac", "flac", "audio/flac", "flac", "s16"),
-    AudioFormat("wav", "wav", "pcm_s16le", "audio/wav", "wav", "s16"),
-    AudioFormat("pcm", "s16le", "pcm_s16le", "audio/pcm", "pcm", "s16", fixed_rate=24000),
+    AudioFormat("flac", "flac", "flac", "flac", ("flac",), "audio/flac", "flac", "s16"),
+    AudioFormat("wav", "wav", "pcm_s16le", "wav", ("pcm_s16le",), "audio/wav", "wav", "s16"),
+    AudioFormat("pcm", "s16le", "pcm_s16le", "s16le", ("pcm_s16le",), "audio/pcm", "pcm",
+                "s16", fixed_rate=24000),
 )}
 
 LAYOUTS = {1: "mono", 2: "stereo"}

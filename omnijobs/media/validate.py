@@ -33,6 +33,9 @@ def rms(samples: np.ndarray) -> float:
 
 def validate_audio(audio: Audio, *, expected_sample_rate: int | None,
                    bounds: AudioBounds) -> AudioStats:
+    if audio.sample_rate <= 0:
+        raise OutputInvalid(f"invalid sample rate {audio.sample_rate}",
+                            code="sample_rate_invalid")
     if audio.frames == 0:
         raise OutputInvalid("no audio generated", code="no_audio")
     if not np.isfinite(audio.samples).all():

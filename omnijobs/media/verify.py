@@ -12,7 +12,11 @@ SLACK_S = 0.05
 
 
 def verify_encoded_audio(probe: AudioProbe, *, sample_rate: int, channels: int,
-                         duration_s: float, silence_rms: float) -> None:
+                         duration_s: float, silence_rms: float,
+                         codecs: tuple[str, ...] | None = None) -> None:
+    if codecs is not None and probe.codec not in codecs:
+        raise EncodingFailed(f"encoded codec {probe.codec} is not one of {', '.join(codecs)}",
+                             code="codec_mismatch")
     if probe.sample_rate != sample_rate:
         raise EncodingFailed(f"encoded sample rate {probe.sample_rate} != {sample_rate}")
     if probe.channels != channels:

@@ -25,10 +25,10 @@ def finalize_speech(store: ObjectStore, job: JobRecord, spec: PipelineSpec, audi
                            bounds=spec.audio_bounds)
     encoded = encode_audio(audio, response_format)
     fmt = encoded.format
-    probe = probe_audio(encoded.data, container_format="s16le" if fmt.name == "pcm" else None,
+    probe = probe_audio(encoded.data, container_format=fmt.demuxer,
                         raw_rate=encoded.sample_rate, raw_channels=encoded.channels)
     verify_encoded_audio(probe, sample_rate=encoded.sample_rate, channels=encoded.channels,
-                         duration_s=stats.duration_s,
+                         duration_s=stats.duration_s, codecs=fmt.decoders,
                          silence_rms=spec.audio_bounds.silence_rms)
     key = object_key(job, 0, fmt.extension)
     store.put(key, encoded.data, fmt.content_type)

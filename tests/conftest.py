@@ -1,0 +1,101 @@
+"""Shared fixtures. Integration fixtures start real processes once per session."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from omnijobs.storage.migrate import upgrade
+
+from .services import (
+    ROOT,
+    Stack,
+    create_database,
+    drop_database,
+    free_port,
+    redis_url,
+    spawn,
+    start_seaweedfs,
+    wait_until,
+)
+
+
+@pytest.fixture(scope="session")
+def pg_url() -> Iterator[str]:
+    url = create_database()
+    upgrade(url)
+    yield url
+    drop_database(url)
+
+
+@pytest.fixture
+def sqlite_url(tmp_path: Path) -> str:
+    url = f"sqlite:///{tmp_path / 'omnijobs.db'}"
+    upgrade(url)
+    return url
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def db_url(request) -> str:
+    """Both backends, each on the migrated schema (never create_all)."""
+    name = "sqlite_url" if request.param == "sqlite" else "pg_url"
+    return request.getfixturevalue(name)
+
+
+@pytest.fixture(scope="session")
+def seaweedfs(tmp_path_factory):
+    sw = start_seaweedfs(tmp_path_factory.mktemp("seaweedfs"))
+    yield sw
+    sw.stop()
+
+
+def stack_env(pg: str, redis: str, sw, home: Path, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OMNIJOBS_")}
+    env.update({
+        "PYTHONPATH": str(ROOT),
+        "OMNIJOBS_MODE": "production",
+        "OMNIJOBS_HOME": str(home),
+        "OMNIJOBS_DATABASE_URL": pg,
+        "OMNIJOBS_BROKER_URL": redis,
+        "OMNIJOBS_OBJECT_STORE": "s3",
+        "OMNIJOBS_S3_ENDPOINT_URL": sw.endpoint,
+        "OMNIJOBS_S3_BUCKET": "omnijobs-test",
+        "OMNIJOBS_S3_ACCESS_KEY_ID": sw.access_key,
+        "OMNIJOBS_S3_SECRET_ACCESS_KEY": sw.secret_key,
+        "OMNIJOBS_SIGNING_SECRET": "integration-test-signing-secret",
+        "OMNIJOBS_PIPELINES": '["piper-joe", "test-silent", "test-slow"]',
+        "OMNIJOBS_SIGNED_URL_TTL_S": "5",
+        "OMNIJOBS_PIPELINE_MODULES": '["tests.fake_pipelines"]',
+        "OMNIJOBS_OUTBOX_GRACE_S": "1",
+        "OMNIJOBS_LEASE_S": "6",
+        "OMNIJOBS_SYNC_WAIT_DEFAULT_S": "30",
+    })
+    env.update(extra)
+    return env
+
+
+@pytest.fixture(scope="session")
+def stack(pg_url, seaweedfs, tmp_path_factory) -> Iterator[Stack]:
+    home = tmp_path_factory.mktemp("stack")
+    env = stack_env(pg_url, redis_url(), seaweedfs, home)
+    port = free_port()
+    st = Stack(base_url=f"http://127.0.0.1:{port}", env=env)
+    st.processes["worker"] = spawn("worker", ["worker", "--beat"], env, home)
+    st.processes["api"] = spawn("api", ["api", "--port", str(port)], env, home)
+
+    def ready() -> bool:
+        for proc in st.processes.values():
+            if proc.proc.poll() is not None:
+                raise RuntimeError(f"{proc.name} exited:\n{proc.tail()}")
+        return httpx.get(f"{st.base_url}/readyz", timeout=2).status_code == 200
+
+    try:
+        wait_until(ready, 60, "API")
+        wait_until(lambda: "ready" in st.processes["worker"].log.read_text(), 60, "worker")
+        yield st
+    finally:
+        st.stop()

@@ -1,0 +1,150 @@
+"""Speech jobs end to end: real API and worker processes over PostgreSQL, Redis and
+SeaweedFS, with the real Piper pipeline."""
+
+from __future__ import annotations
+
+import hashlib
+
+import httpx
+import pytest
+from openai import OpenAI
+
+from omnijobs.media.validate import rms
+
+from .helpers import assert_openai_error, decode, wait_job
+
+TEXT = "Omnijobs turns text into speech. Every job is durable."
+
+
+@pytest.fixture(scope="module")
+def key(stack) -> str:
+    return stack.new_key("acme")
+
+
+@pytest.fixture(scope="module")
+def client(stack, key):
+    with stack.client(key) as c:
+        yield c
+
+
+def test_submit_poll_download_without_auth(client):
+    resp = client.post("/v1/audio/speech", headers={"Prefer": "respond-async"},
+                       json={"model": "tts-1", "input": TEXT, "voice": "alloy",
+                             "response_format": "wav", "metadata": {"ticket": "T-1"}})
+    assert resp.status_code == 202, resp.text
+    assert resp.headers["location"] == f"/v1/jobs/{resp.json()['id']}"
+    job = wait_job(client, resp.json()["id"])
+    assert job["status"] == "completed", job
+    assert job["progress"] == 100 and job["attempts"] == 1 and job["error"] is None
+    assert job["metadata"] == {"ticket": "T-1"}
+    [out] = job["outputs"]
+    assert out["content_type"] == "audio/wav" and out["sample_rate"] == 22050
+    assert out["channels"] == 1 and 2.0 < out["duration_s"] < 10.0
+    data = httpx.get(out["url"], timeout=30).content  # no Authorization header
+    assert len(data) == out["bytes"]
+    assert hashlib.sha256(data).hexdigest() == out["sha256"]
+    probe = decode(data, "wav")
+    assert probe.sample_rate == 22050
+    assert abs(probe.duration_s - out["duration_s"]) < 0.01
+    assert rms(probe.samples) > 0.01
+    content = client.get(f"/v1/jobs/{job['id']}/content")
+    assert content.status_code == 200 and content.content == data
+
+
+@pytest.mark.parametrize("fmt", ["mp3", "opus", "aac", "flac", "wav", "pcm"])
+def test_openai_sdk_every_format(stack, key, fmt):
+    sdk = OpenAI(base_url=f"{stack.base_url}/v1", api_key=key, max_retries=0)
+    resp = sdk.audio.speech.create(model="tts-1", voice="alloy", input=TEXT,
+                                   response_format=fmt)
+    data = resp.read()
+    probe = decode(data, fmt)
+    expected_rate = {"opus": 48000, "pcm": 24000}.get(fmt, 22050)
+    assert probe.sample_rate == expected_rate
+    assert 2.0 < probe.duration_s < 10.0
+    assert rms(probe.samples) > 0.01
+    job_id = resp.response.headers["x-job-id"]
+    job = sdk.get(f"/jobs/{job_id}", cast_to=object)
+    assert job["outputs"][0]["sample_rate"] == expected_rate
+    assert abs(job["outputs"][0]["duration_s"] - probe.duration_s) < 0.01
+
+
+def test_signed_url_expires(stack, key):
+    """The stack signs URLs for a few seconds only (OMNIJOBS_SIGNED_URL_TTL_S)."""
+    import time
+
+    with stack.client(key) as c:
+        resp = c.post("/v1/audio/speech", json={"model": "tts-1", "input": "Short lived.",
+                                                "response_format": "mp3"})
+        assert resp.status_code == 200
+        url = c.get(f"/v1/jobs/{resp.headers['x-job-id']}").json()["outputs"][0]["url"]
+    assert httpx.get(url).status_code == 200
+    tampered = url.replace("Signature=", "Signature=0")
+    assert httpx.get(tampered).status_code == 403
+    time.sleep(int(stack.env["OMNIJOBS_SIGNED_URL_TTL_S"]) + 1.5)
+    assert httpx.get(url).status_code == 403
+
+
+def test_other_tenant_gets_404(stack, client):
+    job = client.post("/v1/audio/speech", headers={"Prefer": "respond-async"},
+                      json={"model": "tts-1", "input": "Private words."}).json()
+    with stack.client(stack.new_key("intruder")) as other:
+        for method, path in [("GET", f"/v1/jobs/{job['id']}"),
+                             ("GET", f"/v1/jobs/{job['id']}/content"),
+                             ("POST", f"/v1/jobs/{job['id']}/cancel")]:
+            assert_openai_error(other.request(method, path), 404, "not_found")
+        assert all(j["id"] != job["id"] for j in other.get("/v1/jobs").json()["data"])
+
+
+def test_silent_result_fails_with_reason(client):
+    resp = client.post("/v1/audio/speech", headers={"Prefer": "respond-async"},
+                       json={"model": "test-silent", "input": "Nothing to hear."})
+    job = wait_job(client, resp.json()["id"])
+    assert job["status"] == "failed"
+    assert job["error"]["code"] == "silent_audio"
+    assert "silent" in job["error"]["message"]
+    assert job["outputs"] == []
+    sync = client.post("/v1/audio/speech", json={"model": "test-silent", "input": "Again."})
+    err = assert_openai_error(sync, 500, "silent_audio")
+    assert sync.headers["x-should-retry"] == "false"
+    assert "failed" in err["message"]
+
+
+def test_wait_bound_answers_202(client):
+    resp = client.post("/v1/audio/speech", headers={"Prefer": "wait=0"},
+                       json={"model": "test-slow", "input": "Slowly."})
+    assert resp.status_code == 202
+    assert resp.json()["status"] in ("queued", "running")
+
+
+def test_list_paginates_and_filters(stack):
+    with stack.client(stack.new_key("lister")) as c:
+        ids = [c.post("/v1/audio/speech", headers={"Prefer": "respond-async"},
+                      json={"model": "tts-1", "input": f"Item {i}."}).json()["id"]
+               for i in range(3)]
+        for job_id in ids:
+            wait_job(c, job_id)
+        page1 = c.get("/v1/jobs", params={"limit": 2, "order": "asc"}).json()
+        assert [j["id"] for j in page1["data"]] == ids[:2] and page1["has_more"]
+        page2 = c.get("/v1/jobs", params={"limit": 2, "order": "asc",
+                                          "after": page1["last_id"]}).json()
+        assert [j["id"] for j in page2["data"]] == ids[2:] and not page2["has_more"]
+        desc = c.get("/v1/jobs").json()
+        assert [j["id"] for j in desc["data"]] == ids[::-1]
+        assert c.get("/v1/jobs", params={"status": "failed"}).json()["data"] == []
+        assert len(c.get("/v1/jobs", params={"kind": "speech"}).json()["data"]) == 3
+
+
+def test_idempotency_key_returns_same_job(client):
+    body = {"model": "tts-1", "input": "Exactly once."}
+    headers = {"Prefer": "respond-async", "Idempotency-Key": "order-42"}
+    first = client.post("/v1/audio/speech", headers=headers, json=body).json()
+    second = client.post("/v1/audio/speech", headers=headers, json=body).json()
+    assert first["id"] == second["id"]
+
+
+def test_models_lists_pipelines(client):
+    data = client.get("/v1/models").json()["data"]
+    by_id = {m["id"]: m for m in data}
+    assert by_id["tts-1"]["pipeline"] == "piper-joe"
+    assert by_id["piper/en_US-joe-medium"]["sample_rate"] == 22050
+    assert by_id["tts-1"]["max_input_chars"] == 4096

