@@ -84,7 +84,9 @@ def stack(pg_url, seaweedfs, tmp_path_factory) -> Iterator[Stack]:
     env = stack_env(pg_url, redis_url(), seaweedfs, home)
     port = free_port()
     st = Stack(base_url=f"http://127.0.0.1:{port}", env=env)
-    st.processes["worker"] = spawn("worker", ["worker", "--beat"], env, home)
+    # test-slow is left to the workers that the durability tests start and kill.
+    st.processes["worker"] = spawn("worker", ["worker", "--beat", "--pipeline", "piper-joe",
+                                              "--pipeline", "test-silent"], env, home)
     st.processes["api"] = spawn("api", ["api", "--port", str(port)], env, home)
 
     def ready() -> bool:

@@ -1,0 +1,58 @@
+"""The embedded mode (``omnijobs dev``): SQLite, filesystem broker, local signed URLs."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import httpx
+import pytest
+
+from ..services import ROOT, free_port, wait_until
+from .helpers import decode, wait_job
+
+
+@pytest.fixture(scope="module")
+def embedded(tmp_path_factory):
+    cwd = tmp_path_factory.mktemp("embedded")
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OMNIJOBS_")}
+    env.update(PYTHONPATH=str(ROOT), OMNIJOBS_SIGNED_URL_TTL_S="3")
+    log = (cwd / "dev.log").open("wb")
+    proc = subprocess.Popen([sys.executable, "-m", "omnijobs.cli", "dev", "--port", str(port)],
+                            cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        wait_until(lambda: httpx.get(f"{base}/readyz").status_code == 200, 90, "omnijobs dev")
+        key = (cwd / ".omnijobs" / "dev-api-key").read_text().strip()
+        yield base, key, cwd
+    finally:
+        proc.terminate()
+        proc.wait(30)
+    assert proc.returncode == 0 or proc.returncode == -15
+
+
+def test_embedded_speech_and_local_signed_urls(embedded):
+    base, key, cwd = embedded
+    printed = (cwd / "dev.log").read_text()
+    assert key in printed and "curl" in printed
+    assert (cwd / ".omnijobs" / "omnijobs.db").exists()
+    with httpx.Client(base_url=base, headers={"Authorization": f"Bearer {key}"},
+                      timeout=60) as c:
+        resp = c.post("/v1/audio/speech", json={"model": "tts-1", "voice": "alloy",
+                                                "response_format": "wav",
+                                                "input": "Hello from omnijobs."})
+        assert resp.status_code == 200, resp.text
+        probe = decode(resp.content, "wav")
+        assert probe.sample_rate == 22050 and probe.duration_s > 0.5
+        job = wait_job(c, resp.headers["x-job-id"])
+    url = job["outputs"][0]["url"]
+    assert url.startswith(base + "/v1/files/")
+    assert httpx.get(url).content == resp.content  # no Authorization header
+    assert httpx.get(url.replace("signature=", "signature=0")).status_code == 403
+    time.sleep(4)
+    expired = httpx.get(url)
+    assert expired.status_code == 403
+    assert expired.json()["error"]["code"] == "signature_expired"
