@@ -137,7 +137,7 @@ def start_seaweedfs(workdir: Path) -> SeaweedFS:
            f"-master.port={ports['master']}", f"-volume.port={ports['volume']}",
            f"-filer.port={ports['filer']}", "-s3", f"-s3.port={ports['s3']}",
            f"-s3.config={config}", "-s3.port.iceberg=0", "-s3.port.lance=0",
-           "-master.telemetry=false", "-volume.max=20", "-master.volumeSizeLimitMB=64"]
+           "-master.telemetry=false", "-volume.max=100", "-master.volumeSizeLimitMB=64"]
     log = (workdir / "weed.log").open("wb")
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
     endpoint = f"http://127.0.0.1:{ports['s3']}"

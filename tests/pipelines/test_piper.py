@@ -1,0 +1,56 @@
+"""The CPU reference speech pipeline runs the real Piper voice."""
+
+from __future__ import annotations
+
+import pytest
+
+from omnijobs.core.errors import JobCancelled
+from omnijobs.media.audio import AudioAggregator
+from omnijobs.media.validate import AudioBounds, validate_audio
+from omnijobs.pipelines import RunContext, SpeechRequest
+from omnijobs.pipelines.piper_tts import PiperJoe
+
+TEXT = "The first sentence is here. The second one follows. And a third."
+
+
+@pytest.fixture(scope="module")
+def piper() -> PiperJoe:
+    p = PiperJoe()
+    p.load()
+    return p
+
+
+def synth(piper, speed=1.0, **ctx):
+    agg = AudioAggregator(PiperJoe.spec.audio_mode)
+    pieces = list(piper.speech(SpeechRequest(input=TEXT, speed=speed),
+                               RunContext(job_id="t", **ctx)))
+    for piece in pieces:
+        agg.add(piece.samples, piece.sample_rate)
+    return pieces, agg.result()
+
+
+def test_one_chunk_per_sentence_at_declared_rate(piper):
+    progress = []
+    pieces, audio = synth(piper, report_progress=progress.append)
+    assert len(pieces) == 3
+    assert {p.sample_rate for p in pieces} == {PiperJoe.spec.sample_rate}
+    assert audio.frames == sum(len(p.samples) for p in pieces)
+    assert progress[-1] == pytest.approx(1.0) and progress == sorted(progress)
+    stats = validate_audio(audio, expected_sample_rate=22050, bounds=AudioBounds())
+    assert 2.0 < stats.duration_s < 8.0 and stats.rms > 0.02
+
+
+def test_speed_changes_duration(piper):
+    _, normal = synth(piper)
+    _, fast = synth(piper, speed=2.0)
+    _, slow = synth(piper, speed=0.5)
+    # Piper stretches phonemes, not the pauses between sentences: not an exact 2x.
+    assert fast.duration_s < 0.8 * normal.duration_s
+    assert slow.duration_s > 1.4 * normal.duration_s
+
+
+def test_cancellation_stops_between_sentences(piper):
+    gen = piper.speech(SpeechRequest(input=TEXT), RunContext(job_id="t",
+                                                             is_cancelled=lambda: True))
+    with pytest.raises(JobCancelled):
+        next(gen)

@@ -1,0 +1,121 @@
+"""Registry, model resolution, request contracts and the import rules."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from omnijobs.core.errors import InvalidRequest, ModelNotFound
+from omnijobs.core.jobs import JobKind
+from omnijobs.core.settings import DEFAULT_ALIASES
+from omnijobs.pipelines import (
+    Pipeline,
+    PipelineSpec,
+    SpeechRequest,
+    import_pipeline_modules,
+    register_pipeline,
+    resolve_model,
+)
+
+PKG = Path(__file__).resolve().parents[2] / "omnijobs"
+
+import_pipeline_modules()
+
+
+def test_duplicate_pipeline_names_are_rejected():
+    spec = PipelineSpec(name="piper-joe", kind=JobKind.SPEECH, models=("other",))
+    with pytest.raises(ValueError, match="already registered"):
+        register_pipeline(type("Impostor", (Pipeline,), {"spec": spec}))
+
+
+def test_models_resolve_by_id_name_and_alias():
+    assert resolve_model("tts-1", ["piper-joe"], DEFAULT_ALIASES).name == "piper-joe"
+    assert resolve_model("piper/en_US-joe-medium", ["piper-joe"], {}).name == "piper-joe"
+    with pytest.raises(ModelNotFound) as err:
+        resolve_model("m" * 100, ["piper-joe"], {})
+    assert "m" * 33 not in err.value.message
+    with pytest.raises(ModelNotFound):  # registered but not enabled
+        resolve_model("piper-joe", [], {})
+
+
+@pytest.mark.parametrize(("request_fields", "param"), [
+    ({"input": "x" * 5000}, "input"),
+    ({"input": "hi", "voice": "nobody"}, "voice"),
+    ({"input": "hi", "instructions": "be cheerful"}, "instructions"),
+    ({"input": "hi", "ref_text": "copy me"}, "ref_text"),
+])
+def test_piper_contract_rejections(request_fields, param):
+    spec = resolve_model("piper-joe", ["piper-joe"], {})
+    with pytest.raises(InvalidRequest) as err:
+        spec.validate_speech(SpeechRequest.from_dict(request_fields))
+    assert err.value.param == param
+
+
+def test_piper_accepts_openai_voices_and_default():
+    spec = resolve_model("piper-joe", ["piper-joe"], {})
+    for voice in ("alloy", "Nova", "default", None, ""):
+        spec.validate_speech(SpeechRequest(input="hi", voice=voice))
+
+
+def test_api_and_pipeline_specs_import_without_heavy_libraries():
+    code = ("import sys, omnijobs.pipelines as p; p.import_pipeline_modules();"
+            "import omnijobs.api.app;"
+            "heavy = {'torch', 'vllm', 'vllm_omni', 'onnxruntime', 'piper'} & set(sys.modules);"
+            "assert not heavy, heavy")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+
+
+ALLOWED = {
+    "core": set(),
+    "media": {"core"},
+    "storage": {"core"},
+    "migrations": {"storage"},
+    "pipelines": {"media", "core"},
+    "api": {"storage", "pipelines", "core"},
+    "tasks": {"pipelines", "media", "storage", "core"},
+}
+
+
+def _our_imports(path: Path) -> set[str]:
+    """Top-level omnijobs subpackages that a module imports (relative imports resolved)."""
+    module = ["omnijobs", *path.relative_to(PKG).with_suffix("").parts]
+    base = module[:-1]  # the package a relative import starts from
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                rest = node.module.split(".") if node.module else []
+                target = base[:len(base) - node.level + 1] + rest
+            else:
+                target = (node.module or "").split(".")
+            names = [target] if node.module else [target + [a.name] for a in node.names]
+        elif isinstance(node, ast.Import):
+            names = [a.name.split(".") for a in node.names]
+        else:
+            continue
+        found |= {n[1] for n in names if len(n) > 1 and n[0] == "omnijobs"}
+    packages = {p.name for p in PKG.iterdir() if p.is_dir()} | {"cli"}
+    return (found & packages) - {module[1]}
+
+
+@pytest.mark.parametrize("package", sorted(ALLOWED))
+def test_imports_point_one_way(package):
+    bad = {}
+    for path in (PKG / package).rglob("*.py"):
+        extra = _our_imports(path) - ALLOWED[package]
+        if extra:
+            bad[str(path.relative_to(PKG))] = sorted(extra)
+    assert not bad, bad
+
+
+def test_nothing_but_the_cli_imports_api_or_tasks():
+    for path in PKG.rglob("*.py"):
+        top = path.relative_to(PKG).parts[0]
+        if top in ("api", "tasks", "cli.py"):
+            continue
+        assert not _our_imports(path) & {"api", "tasks"}, path
