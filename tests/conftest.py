@@ -67,7 +67,8 @@ def stack_env(pg: str, redis: str, sw, home: Path, **extra: str) -> dict[str, st
         "OMNIJOBS_S3_ACCESS_KEY_ID": sw.access_key,
         "OMNIJOBS_S3_SECRET_ACCESS_KEY": sw.secret_key,
         "OMNIJOBS_SIGNING_SECRET": "integration-test-signing-secret",
-        "OMNIJOBS_PIPELINES": '["piper-joe", "test-silent", "test-slow"]',
+        "OMNIJOBS_PIPELINES": '["piper-joe", "reference-t2va", "test-silent", "test-slow", '
+                              '"test-video", "test-video-slow"]',
         "OMNIJOBS_SIGNED_URL_TTL_S": "5",
         "OMNIJOBS_PIPELINE_MODULES": '["tests.fake_pipelines"]',
         "OMNIJOBS_OUTBOX_GRACE_S": "1",
@@ -85,8 +86,10 @@ def stack(pg_url, seaweedfs, tmp_path_factory) -> Iterator[Stack]:
     port = free_port()
     st = Stack(base_url=f"http://127.0.0.1:{port}", env=env)
     # test-slow is left to the workers that the durability tests start and kill.
-    st.processes["worker"] = spawn("worker", ["worker", "--beat", "--pipeline", "piper-joe",
-                                              "--pipeline", "test-silent"], env, home)
+    served = ["piper-joe", "reference-t2va", "test-silent", "test-video", "test-video-slow"]
+    st.processes["worker"] = spawn(
+        "worker", ["worker", "--beat", *(a for p in served for a in ("--pipeline", p))], env,
+        home)
     st.processes["api"] = spawn("api", ["api", "--port", str(port)], env, home)
 
     def ready() -> bool:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from omnijobs.core.jobs import JobKind
-from omnijobs.pipelines import Pipeline, PipelineSpec, register_pipeline
+from omnijobs.pipelines import Pipeline, PipelineSpec, VideoLimits, register_pipeline
 from omnijobs.pipelines.base import OPENAI_VOICES, AudioPiece
 
 
@@ -89,3 +89,90 @@ class Buggy(Pipeline):
     def speech(self, request, ctx):
         raise KeyError("secret-internal-detail")
         yield  # pragma: no cover
+
+
+def _clip(frames: int, height: int = 48, width: int = 64, seed: int = 0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    base = rng.integers(0, 255, (1, height, width, 3), dtype=np.uint8)
+    return np.repeat(base, frames, axis=0) + np.arange(frames, dtype=np.uint8)[:, None, None, None]
+
+
+def _stereo(seconds: float, rate: int = 16000) -> np.ndarray:
+    mono = _tone(seconds, rate)
+    return np.stack([mono, mono])
+
+
+def _mp4(frames: int, fps: int, with_audio: bool) -> bytes:
+    from omnijobs.media.audio import Audio
+    from omnijobs.media.mux import mux_mp4
+
+    audio = Audio(_stereo(frames / fps), 16000) if with_audio else None
+    return mux_mp4(_clip(frames), fps, audio)
+
+
+def _defective(defect: str, req):
+    """The T2VA output shapes real engines produce, each with one defect (or none)."""
+    from omnijobs.pipelines import VideoResult
+
+    f, n, secs = req.frames, req.n, req.frames / req.fps
+    good = np.stack([_clip(f, seed=i) for i in range(n)])
+    audio = np.stack([_stereo(secs) for _ in range(n)])
+    res = VideoResult(fps=req.fps, videos=good, audio=audio, audio_sample_rate=16000)
+    changes = {
+        "fps-nan": dict(fps=float("nan")), "fps-zero": dict(fps=0.0),
+        "fps-negative": dict(fps=-24.0), "fps-inf": dict(fps=float("inf")),
+        "fps-23.976": dict(fps=23.976),
+        "layout-fchw": dict(videos=good.transpose(0, 1, 4, 2, 3)),
+        "layout-cfhw": dict(videos=list(good.transpose(0, 4, 1, 2, 3))),
+        "layout-ambiguous": dict(videos=np.zeros((n, f, 3, 3, 3), np.uint8)),
+        "odd-size": dict(videos=good[:, :, :47, :63]),
+        "float-frames": dict(videos=good.astype(np.float32) / 255.0),
+        "nan-frames": dict(videos=np.full(good.shape, np.nan, np.float32)),
+        "frames-short": dict(videos=good[:, :-3]),
+        "audio-1d": dict(audio=_tone(secs)),
+        "audio-batch": dict(audio=np.stack([_stereo(secs)] * (n + 1))),
+        "audio-list-short": dict(audio=[_stereo(secs)] * (n - 1)),
+        "audio-3ch": dict(audio=[np.stack([_tone(secs)] * 3)] * n),
+        "av-mismatch": dict(audio=np.stack([_stereo(secs * 2)] * n)),
+        "no-audio": dict(audio=None),
+        "silent-audio": dict(audio=np.zeros_like(audio)),
+        "mp4": dict(videos=None, audio=[None] * n, mp4=[_mp4(f, req.fps, True)] * n),
+        "mp4-no-audio": dict(videos=None, audio=[None] * n, mp4=[_mp4(f, req.fps, False)] * n),
+    }
+    for key, value in changes.get(defect, {}).items():
+        setattr(res, key, value)
+    return res
+
+
+@register_pipeline
+class DefectiveVideo(Pipeline):
+    """The prompt names the defect to produce ("ok" for none)."""
+
+    spec = PipelineSpec(name="test-video", kind=JobKind.VIDEO, models=("test-video",),
+                        video=VideoLimits(default_size="64x48", default_seconds=1.0,
+                                          default_fps=24))
+
+    def video(self, request, ctx):
+        return _defective(request.prompt, request)
+
+
+@register_pipeline
+class SlowVideo(Pipeline):
+    """Reports progress over about three seconds, to watch progress advance."""
+
+    spec = PipelineSpec(name="test-video-slow", kind=JobKind.VIDEO,
+                        models=("test-video-slow",),
+                        video=VideoLimits(default_size="64x48", default_seconds=1.0,
+                                          default_fps=24))
+
+    def video(self, request, ctx):
+        import time
+
+        for step in range(1, 7):
+            if ctx.is_cancelled():
+                from omnijobs.core.errors import JobCancelled
+
+                raise JobCancelled("cancelled")
+            time.sleep(0.5)
+            ctx.report_progress(step / 6)
+        return _defective("ok", request)

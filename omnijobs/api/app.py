@@ -16,7 +16,7 @@ from ..storage.objects import make_store
 from ..storage.repositories import JobRepository, KeyRepository, OutboxRepository
 from .deps import Publisher, Services
 from .errors import install_error_handlers
-from .routes import files, health, jobs, models, speech
+from .routes import files, health, jobs, models, speech, videos
 
 
 def create_app(settings: Settings, publish: Publisher,
@@ -38,6 +38,6 @@ def create_app(settings: Settings, publish: Publisher,
         settings=settings, jobs=JobRepository(sessions), keys=KeyRepository(sessions),
         outbox=OutboxRepository(sessions), store=store, publish=publish, ready_checks=checks)
     install_error_handlers(app)
-    for module in (speech, jobs, models, files, health):
+    for module in (speech, videos, jobs, models, files, health):
         app.include_router(module.router)
     return app

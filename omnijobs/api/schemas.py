@@ -94,8 +94,76 @@ class ModelPublic(BaseModel):
     sample_rate: int | None
     max_seconds: float
     voices: list[str] | None
+    video: dict | None = None
 
 
 class ModelList(BaseModel):
     object: Literal["list"] = "list"
     data: list[ModelPublic]
+
+
+class VideoCreate(BaseModel):
+    """OpenAI Videos create, plus fps, n, seed, negative_prompt, generate_audio."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    prompt: str = Field(min_length=1, max_length=10000)
+    model: str | None = Field(default=None, min_length=1, max_length=200)
+    seconds: float | None = Field(default=None, gt=0, le=600)
+    size: str | None = Field(default=None, pattern=r"^\d{1,5}x\d{1,5}$", max_length=11)
+    fps: float | None = Field(default=None, gt=0, le=240)
+    n: int = Field(default=1, ge=1, le=4)
+    seed: int | None = Field(default=None, ge=0, le=2**32 - 1)
+    negative_prompt: str | None = Field(default=None, max_length=10000)
+    generate_audio: bool | None = None
+    output_format: Literal["mp4"] = "mp4"
+    metadata: dict[str, str] | None = None
+
+    _metadata = field_validator("metadata")(check_metadata)
+
+    @field_validator("metadata", mode="before")
+    @classmethod
+    def _metadata_from_form(cls, value):
+        """Multipart forms carry metadata as a JSON string."""
+        if isinstance(value, str):
+            import json
+
+            try:
+                return json.loads(value)
+            except ValueError:
+                raise ValueError("metadata must be a JSON object") from None
+        return value
+
+
+class VideoPublic(BaseModel):
+    id: str
+    object: Literal["video"] = "video"
+    model: str
+    status: str
+    progress: int
+    created_at: int
+    completed_at: int | None
+    expires_at: int | None
+    size: str
+    seconds: str
+    prompt: str
+    fps: float
+    n: int
+    audio_sample_rate: int | None
+    error: JobError | None
+    outputs: list[OutputPublic]
+    metadata: dict[str, str] | None
+
+
+class VideoList(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[VideoPublic]
+    first_id: str | None
+    last_id: str | None
+    has_more: bool
+
+
+class VideoDeleted(BaseModel):
+    id: str
+    object: Literal["video.deleted"] = "video.deleted"
+    deleted: bool = True

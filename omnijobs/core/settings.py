@@ -21,6 +21,8 @@ DEFAULT_ALIASES = {
     "tts-1": "piper-joe",
     "tts-1-hd": "piper-joe",
     "gpt-4o-mini-tts": "piper-joe",
+    "sora-2": "reference-t2va",
+    "sora-2-pro": "reference-t2va",
 }
 
 
@@ -55,8 +57,9 @@ class Settings(BaseSettings):
     max_attempts: int = Field(default=3, ge=1)
     retry_backoff_s: float = Field(default=2.0, ge=0)
     outbox_grace_s: float = Field(default=10.0, ge=0)
+    finalize_backlog: int = Field(default=1, ge=0)
 
-    pipelines: list[str] = ["piper-joe"]
+    pipelines: list[str] = ["piper-joe", "reference-t2va"]
     pipeline_modules: list[str] = []
     model_aliases: dict[str, str] = DEFAULT_ALIASES
 

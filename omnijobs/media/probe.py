@@ -59,3 +59,39 @@ def probe_audio(data: bytes, *, container_format: str | None = None,
         samples = samples.astype(np.float32) / float(np.iinfo(samples.dtype).max + 1)
     return AudioProbe(codec=codec, sample_rate=rate, channels=channels,
                       frames=int(samples.shape[1]), samples=samples.astype(np.float32))
+
+
+@dataclass(frozen=True)
+class VideoProbe:
+    video_codec: str
+    width: int
+    height: int
+    fps: float
+    frames: int
+    duration_s: float
+    audio: AudioProbe | None
+
+    @property
+    def audio_codec(self) -> str | None:
+        return self.audio.codec if self.audio else None
+
+
+def probe_video(data: bytes) -> VideoProbe:
+    """Count video packets and decode the audio track of an MP4."""
+    try:
+        with _open(data, "mp4", None) as container:
+            if not container.streams.video:
+                raise EncodingFailed("file has no video stream", code="video_missing")
+            stream = container.streams.video[0]
+            frames = sum(1 for p in container.demux(stream) if p.size)
+            codec = stream.codec_context.name
+            width, height = stream.codec_context.width, stream.codec_context.height
+            rate = stream.average_rate or stream.guessed_rate
+            fps = float(rate) if rate else 0.0
+            has_audio = bool(container.streams.audio)
+    except av.FFmpegError as exc:
+        raise EncodingFailed(f"video does not open: {exc}") from exc
+    audio = probe_audio(data, container_format="mp4") if has_audio else None
+    duration = frames / fps if fps else 0.0
+    return VideoProbe(video_codec=codec, width=width, height=height, fps=fps, frames=frames,
+                      duration_s=duration, audio=audio)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..core.errors import EncodingFailed
-from .probe import AudioProbe
+from .probe import AudioProbe, VideoProbe
 from .validate import rms
 
 # Encoder priming and padding (AAC 1024-2048 samples, MP3 1152) plus a little slack.
@@ -27,3 +27,33 @@ def verify_encoded_audio(probe: AudioProbe, *, sample_rate: int, channels: int,
                              f"{duration_s:.3f} s", code="duration_mismatch")
     if rms(probe.samples) < silence_rms:
         raise EncodingFailed("encoded audio decodes to silence", code="silent_audio")
+
+
+def verify_encoded_video(probe: VideoProbe, *, frames: int, fps: int, width: int, height: int,
+                         audio_s: float | None, sample_rate: int | None,
+                         silence_rms: float) -> None:
+    """The muxed file must hold what was generated, audio included when there was audio."""
+    if probe.video_codec != "h264":
+        raise EncodingFailed(f"video codec is {probe.video_codec}, expected h264",
+                             code="codec_mismatch")
+    if probe.frames != frames:
+        raise EncodingFailed(f"muxed {probe.frames} frames, generated {frames}",
+                             code="frame_count_mismatch")
+    if (probe.width, probe.height) != (width, height):
+        raise EncodingFailed(f"muxed size {probe.width}x{probe.height}, expected "
+                             f"{width}x{height}", code="size_mismatch")
+    if round(probe.fps) != fps:
+        raise EncodingFailed(f"muxed fps {probe.fps:.3f}, expected {fps}", code="fps_mismatch")
+    if audio_s is None:
+        return
+    if probe.audio is None:
+        raise EncodingFailed("the muxed file lost its audio track", code="audio_missing")
+    if probe.audio.codec not in ("aac", "aac_fixed"):
+        raise EncodingFailed(f"audio codec is {probe.audio.codec}, expected aac",
+                             code="codec_mismatch")
+    verify_encoded_audio(probe.audio, sample_rate=sample_rate, channels=probe.audio.channels,
+                         duration_s=audio_s, silence_rms=silence_rms)
+    tolerance = 1 / fps + PADDING_SAMPLES / sample_rate + SLACK_S
+    if abs(probe.duration_s - probe.audio.duration_s) > tolerance:
+        raise EncodingFailed(f"muxed video {probe.duration_s:.3f} s vs audio "
+                             f"{probe.audio.duration_s:.3f} s", code="av_duration_mismatch")

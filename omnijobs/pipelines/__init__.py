@@ -4,16 +4,25 @@ Importing a backend module registers its spec and must stay cheap: torch, vllm,
 onnxruntime and model weights are loaded inside ``Pipeline.load()`` in the worker.
 """
 
-from .base import Pipeline, PipelineSpec, RunContext, SpeechRequest
+from .base import (
+                   Pipeline,
+                   PipelineSpec,
+                   RunContext,
+                   SpeechRequest,
+                   VideoLimits,
+                   VideoRequest,
+                   VideoResult,
+)
 from .registry import (
-                       all_specs,
-                       get_pipeline_class,
-                       get_spec,
-                       import_pipeline_modules,
-                       register_pipeline,
-                       resolve_model,
+                   all_specs,
+                   get_pipeline_class,
+                   get_spec,
+                   import_pipeline_modules,
+                   register_pipeline,
+                   resolve_model,
 )
 
-__all__ = ["Pipeline", "PipelineSpec", "RunContext", "SpeechRequest", "all_specs",
+__all__ = ["Pipeline", "PipelineSpec", "RunContext", "SpeechRequest", "VideoLimits",
+           "VideoRequest", "VideoResult", "all_specs",
            "get_pipeline_class", "get_spec", "import_pipeline_modules", "register_pipeline",
            "resolve_model"]

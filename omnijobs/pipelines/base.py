@@ -38,6 +38,62 @@ class SpeechRequest:
 
 
 @dataclass(frozen=True)
+class VideoRequest:
+    """A video job's request as the worker sees it (validated at submit)."""
+
+    prompt: str
+    seconds: float
+    width: int
+    height: int
+    fps: int
+    n: int = 1
+    seed: int | None = None
+    negative_prompt: str | None = None
+    generate_audio: bool = True
+
+    @property
+    def frames(self) -> int:
+        return max(1, round(self.seconds * self.fps))
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> VideoRequest:
+        width, height = (int(v) for v in data["size"].split("x"))
+        return cls(prompt=data["prompt"], seconds=float(data["seconds"]), width=width,
+                   height=height, fps=int(data["fps"]), n=int(data.get("n", 1)),
+                   seed=data.get("seed"), negative_prompt=data.get("negative_prompt"),
+                   generate_audio=bool(data.get("generate_audio", True)))
+
+
+@dataclass
+class VideoResult:
+    """What a T2VA stage hands back, in any of the shapes vLLM-Omni produces.
+
+    ``videos``: one (F, H, W, 3)-like array per output (or a (B, F, ...) batch);
+    ``audio``: None, one (C, N) track, a (B, C, N) batch or a list with one entry per
+    video; or ``mp4``: pre-encoded files (audio already inside, ``audio`` then None).
+    """
+
+    fps: float
+    videos: Any = None
+    audio: Any = None
+    audio_sample_rate: int | None = None
+    mp4: list[bytes] | None = None
+
+
+@dataclass(frozen=True)
+class VideoLimits:
+    max_seconds: float = 20.0
+    max_width: int = 1920
+    max_height: int = 1920
+    max_fps: int = 60
+    max_n: int = 4
+    default_size: str = "448x256"
+    default_seconds: float = 4.0
+    default_fps: int = 24
+    makes_audio: bool = True
+
+
+@dataclass(frozen=True)
 class PipelineSpec:
     """What a pipeline serves and accepts; everything the API needs to validate a job."""
 
@@ -53,6 +109,7 @@ class PipelineSpec:
     voices: frozenset[str] | None = None  # None: the pipeline takes no voice at all
     supports_instructions: bool = False
     extra_fields: frozenset[str] = frozenset()  # pipeline-specific request fields accepted
+    video: VideoLimits | None = None
 
     @property
     def queue(self) -> str:
@@ -81,6 +138,29 @@ class PipelineSpec:
                                  code="unsupported_parameter")
 
 
+    def validate_video(self, req: VideoRequest) -> None:
+        """Raise InvalidRequest for a clip this pipeline cannot make."""
+        lim = self.video
+        if lim is None:
+            raise InvalidRequest(f"'{clip(self.models[0])}' does not generate video",
+                                 param="model", code="unsupported_model")
+        checks = [
+            (0 < req.seconds <= lim.max_seconds, "seconds",
+             f"seconds must be in (0, {lim.max_seconds}]"),
+            (0 < req.width <= lim.max_width and 0 < req.height <= lim.max_height, "size",
+             f"size must be at most {lim.max_width}x{lim.max_height}"),
+            (req.width % 2 == 0 and req.height % 2 == 0, "size",
+             "width and height must be even (H.264 yuv420p)"),
+            (1 <= req.fps <= lim.max_fps, "fps", f"fps must be in [1, {lim.max_fps}]"),
+            (1 <= req.n <= lim.max_n, "n", f"n must be in [1, {lim.max_n}]"),
+            (lim.makes_audio or not req.generate_audio, "generate_audio",
+             f"'{clip(self.models[0])}' does not generate audio"),
+        ]
+        for ok, param, message in checks:
+            if not ok:
+                raise InvalidRequest(message, param=param)
+
+
 @dataclass
 class RunContext:
     """Given to a running pipeline: report progress, notice cancellation."""
@@ -106,3 +186,6 @@ class Pipeline:
 
     def speech(self, request: SpeechRequest, ctx: RunContext) -> Iterator[AudioPiece]:
         raise NotImplementedError(f"{self.spec.name} does not generate speech")
+
+    def video(self, request: VideoRequest, ctx: RunContext) -> VideoResult:
+        raise NotImplementedError(f"{self.spec.name} does not generate video")

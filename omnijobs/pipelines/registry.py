@@ -9,7 +9,7 @@ from .base import Pipeline, PipelineSpec
 
 _REGISTRY: dict[str, type[Pipeline]] = {}
 
-BUILTIN_MODULES = ("omnijobs.pipelines.piper_tts",)
+BUILTIN_MODULES = ("omnijobs.pipelines.piper_tts", "omnijobs.pipelines.reference_t2va")
 
 
 def register_pipeline(cls: type[Pipeline]) -> type[Pipeline]:

@@ -7,6 +7,7 @@ once its job's state is recorded, and a GPU worker never hoards jobs it cannot s
 from __future__ import annotations
 
 from celery import Celery
+from celery.signals import worker_shutdown
 
 from ..core.settings import Settings
 from . import maintenance, render
@@ -51,3 +52,13 @@ def make_celery(settings: Settings) -> Celery:
     render.register(app)
     maintenance.register(app)
     return app
+
+
+@worker_shutdown.connect
+def _drain_finalize(**_kwargs) -> None:
+    """A warm shutdown lets in-flight finalizes finish; a hard kill leaves them to the
+    reaper."""
+    from .runtime import _runtime
+
+    if _runtime is not None:
+        _runtime.finalizer.drain()

@@ -47,10 +47,17 @@ class Lease:
         while not self._stop.wait(interval):
             self.beat()
 
-    def __enter__(self) -> Lease:
+    def start(self) -> Lease:
         self._thread.start()
         return self
 
-    def __exit__(self, *exc) -> None:
+    def stop(self) -> None:
         self._stop.set()
-        self._thread.join()
+        if self._thread.is_alive():
+            self._thread.join()
+
+    def __enter__(self) -> Lease:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()

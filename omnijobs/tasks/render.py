@@ -1,46 +1,63 @@
-"""The render task: claim -> generate -> aggregate -> finalize -> complete.
+"""The render task: claim -> generate -> (background) finalize -> complete.
 
-Every exit records a reason: a job ends ``completed`` with its outputs, ``failed`` with
-a code and message, or goes back to ``queued`` for a retry when the error is retryable
-and attempts remain. A job we lost (cancelled, reclaimed) is left alone.
+Generation runs in the task; finalize (validate, encode/mux, probe, upload, complete)
+runs on the worker's FinalizePool so the accelerator starts the next job at once.
+Every exit records a reason: ``completed`` with outputs, ``failed`` with a code and
+message, or back to ``queued`` for a retry when the error is retryable and attempts
+remain. A job we lost (cancelled, reclaimed) is left alone.
 """
 
 from __future__ import annotations
 
 import logging
 import random
+from concurrent.futures import Future
+from typing import Any
 
 from celery import Celery
 
 from ..core.errors import JobCancelled, JobFailure, OmniJobsError
 from ..core.jobs import JobKind
 from ..media.audio import AudioAggregator
-from ..pipelines import RunContext, SpeechRequest, get_spec
+from ..pipelines import RunContext, SpeechRequest, VideoRequest, get_spec
 from ..storage.records import JobRecord, OutputRecord
 from .dispatch import RENDER_TASK, publish_and_mark
-from .finalize import finalize_speech
+from .finalize import cancelled_guard, finalize_speech, finalize_video
 from .lease import Lease
 from .runtime import WorkerRuntime, get_runtime
 
 log = logging.getLogger(__name__)
 
+GENERATE_SHARE = 0.85  # progress share of generation; finalize takes the rest
 
-def produce(rt: WorkerRuntime, job: JobRecord, lease: Lease) -> list[OutputRecord]:
+
+def generate(rt: WorkerRuntime, job: JobRecord, lease: Lease) -> Any:
+    """The accelerator's part: run the pipeline and aggregate its output."""
     spec = get_spec(job.pipeline)
     pipeline = rt.pipeline(job.pipeline)
-    ctx = RunContext(job_id=job.id, report_progress=lease.report_progress,
+    ctx = RunContext(job_id=job.id,
+                     report_progress=lambda f: lease.report_progress(GENERATE_SHARE * f),
                      is_cancelled=lease.is_cancelled)
     if job.kind is JobKind.SPEECH:
-        request = SpeechRequest.from_dict(job.request)
         aggregator = AudioAggregator(spec.audio_mode)
-        for piece in pipeline.speech(request, ctx):
+        for piece in pipeline.speech(SpeechRequest.from_dict(job.request), ctx):
             aggregator.add(piece.samples, piece.sample_rate)
-        if lease.is_cancelled():
-            raise JobCancelled("job was cancelled")
-        return [finalize_speech(rt.store, job, spec, aggregator.result(),
-                                request.response_format)]
-    raise JobFailure(f"job kind {job.kind.value} is not supported by this worker",
-                     code="unsupported_kind")
+        return aggregator.result()
+    if job.kind is JobKind.VIDEO:
+        return pipeline.video(VideoRequest.from_dict(job.request), ctx)
+    raise JobFailure(f"job kind {job.kind.value} is not supported", code="unsupported_kind")
+
+
+def finalize(rt: WorkerRuntime, job: JobRecord, raw: Any, lease: Lease) -> list[OutputRecord]:
+    spec = get_spec(job.pipeline)
+    guard = cancelled_guard(lease.is_cancelled)
+    guard()
+    if job.kind is JobKind.SPEECH:
+        fmt = SpeechRequest.from_dict(job.request).response_format
+        return [finalize_speech(rt.store, job, spec, raw, fmt, guard)]
+    return finalize_video(
+        rt.store, job, spec, raw, VideoRequest.from_dict(job.request), guard,
+        lambda f: lease.report_progress(GENERATE_SHARE + (1 - GENERATE_SHARE) * f))
 
 
 def backoff_s(base: float, attempt: int) -> float:
@@ -48,7 +65,14 @@ def backoff_s(base: float, attempt: int) -> float:
     return random.uniform(0, min(300.0, base * 2 ** max(0, attempt - 1)))
 
 
-def record_failure(rt: WorkerRuntime, app: Celery, job: JobRecord, exc: OmniJobsError) -> str:
+def record_failure(rt: WorkerRuntime, app: Celery, job: JobRecord, exc: BaseException) -> str:
+    if isinstance(exc, JobCancelled):
+        return "cancelled"
+    if not isinstance(exc, OmniJobsError):  # a bug: fail with a reason, never a trace
+        log.error("job %s: unexpected error", job.id, exc_info=exc, extra={"job_id": job.id})
+        exc = JobFailure(f"internal error while rendering ({type(exc).__name__})",
+                         code="internal_error")
+    log.warning("job %s: %s: %s", job.id, exc.code, exc.message, extra={"job_id": job.id})
     if exc.retryable and job.attempts < job.max_attempts:
         msg = rt.jobs.requeue(job.id, job.attempts, queue=get_spec(job.pipeline).queue,
                               delay_s=backoff_s(rt.settings.retry_backoff_s, job.attempts),
@@ -59,35 +83,41 @@ def record_failure(rt: WorkerRuntime, app: Celery, job: JobRecord, exc: OmniJobs
     return "failed"
 
 
-def run_job(rt: WorkerRuntime, app: Celery, job_id: str) -> str:
+def finish(rt: WorkerRuntime, app: Celery, job: JobRecord, raw: Any, lease: Lease) -> str:
+    with lease:
+        try:
+            outputs = finalize(rt, job, raw, lease)
+        except Exception as exc:
+            return record_failure(rt, app, job, exc)
+    if not rt.jobs.complete(job.id, job.attempts, outputs):
+        log.info("job %s finished but was no longer ours; result dropped", job.id)
+        return "lost"
+    log.info("job %s completed", job.id, extra={"job_id": job.id})
+    return "completed"
+
+
+def run_job(rt: WorkerRuntime, app: Celery, job_id: str) -> str | Future:
+    """Returns an outcome, or the Future of the finalize stage it handed off."""
     job = rt.jobs.claim(job_id, rt.worker_id, rt.settings.lease_s)
     if job is None:
-        log.info("job %s not claimable (already taken, cancelled or finished)", job_id)
+        log.info("job %s not claimable (taken, cancelled or finished)", job_id)
         return "skipped"
     log.info("job %s claimed (attempt %d)", job_id, job.attempts, extra={"job_id": job_id})
-    with Lease(rt.jobs, job.id, job.attempts, rt.settings.lease_s) as lease:
-        try:
-            outputs = produce(rt, job, lease)
-        except JobCancelled:
-            return "cancelled"
-        except OmniJobsError as exc:
-            log.warning("job %s: %s: %s", job_id, exc.code, exc.message,
-                        extra={"job_id": job_id})
-            return record_failure(rt, app, job, exc)
-        except Exception as exc:  # a bug: fail with a reason, never a stack trace
-            log.exception("job %s: unexpected error", job_id, extra={"job_id": job_id})
-            rt.jobs.fail(job.id, "internal_error",
-                         f"internal error while rendering ({type(exc).__name__})",
-                         attempt=job.attempts)
-            return "failed"
-    if not rt.jobs.complete(job.id, job.attempts, outputs):
-        log.info("job %s finished but was no longer ours; result dropped", job_id)
-        return "lost"
-    log.info("job %s completed", job_id, extra={"job_id": job_id})
-    return "completed"
+    lease = Lease(rt.jobs, job.id, job.attempts, rt.settings.lease_s).start()
+    try:
+        raw = generate(rt, job, lease)
+    except Exception as exc:
+        lease.stop()
+        return record_failure(rt, app, job, exc)
+    return rt.finalizer.submit(finish, rt, app, job, raw, lease)
+
+
+def outcome(result: str | Future) -> str:
+    return result.result() if isinstance(result, Future) else result
 
 
 def register(app: Celery) -> None:
     @app.task(name=RENDER_TASK, acks_late=True, reject_on_worker_lost=True, ignore_result=True)
     def render(job_id: str) -> str:
-        return run_job(get_runtime(), app, job_id)
+        result = run_job(get_runtime(), app, job_id)
+        return "finalizing" if isinstance(result, Future) else result

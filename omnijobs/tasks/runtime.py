@@ -16,6 +16,7 @@ from ..pipelines import Pipeline, get_pipeline_class, import_pipeline_modules
 from ..storage.db import make_engine, make_sessionmaker
 from ..storage.objects import ObjectStore, make_store
 from ..storage.repositories import JobRepository, OutboxRepository
+from .pool import FinalizePool
 
 
 class WorkerRuntime:
@@ -27,6 +28,7 @@ class WorkerRuntime:
         self.outbox = OutboxRepository(sessions)
         self.worker_id = f"{socket.gethostname()}:{os.getpid()}"
         self._pipelines: dict[str, Pipeline] = {}
+        self.finalizer = FinalizePool(settings.finalize_backlog)
 
     @cached_property
     def store(self) -> ObjectStore:

@@ -148,3 +148,11 @@ def test_models_lists_pipelines(client):
     assert by_id["tts-1"]["pipeline"] == "piper-joe"
     assert by_id["piper/en_US-joe-medium"]["sample_rate"] == 22050
     assert by_id["tts-1"]["max_input_chars"] == 4096
+
+
+def test_models_lists_video_limits(client):
+    by_id = {m["id"]: m for m in client.get("/v1/models").json()["data"]}
+    video = by_id["sora-2"]
+    assert video["pipeline"] == "reference-t2va" and video["kind"] == "video"
+    assert video["video"]["default_size"] == "448x256" and video["video"]["max_n"] == 4
+    assert by_id["tts-1"]["video"] is None

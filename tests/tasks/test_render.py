@@ -12,10 +12,11 @@ from omnijobs.storage.records import NewJob
 from omnijobs.storage.repositories import KeyRepository
 from omnijobs.tasks.app import make_celery
 from omnijobs.tasks.maintenance import reap_leases, relay_outbox
-from omnijobs.tasks.render import run_job
+from omnijobs.tasks.render import outcome, run_job
 from omnijobs.tasks.runtime import WorkerRuntime
 
 PIPELINES = ["piper-joe", "test-silent", "test-snapshots", "test-rate-change", "test-flaky",
+             "test-video", "test-video-slow",
              "test-buggy"]
 
 
@@ -50,7 +51,7 @@ def submit(rt, tenant, pipeline, **request):
 
 def test_completed_job_has_probed_output(rt, app, tenant):
     job = submit(rt, tenant, "piper-joe", response_format="flac")
-    assert run_job(rt, app, job.id) == "completed"
+    assert outcome(run_job(rt, app, job.id)) == "completed"
     done = rt.jobs.get(job.id)
     assert done.status is JobStatus.COMPLETED and done.progress == 100
     [out] = done.outputs
@@ -62,14 +63,14 @@ def test_completed_job_has_probed_output(rt, app, tenant):
 
 def test_second_delivery_is_a_no_op(rt, app, tenant):
     job = submit(rt, tenant, "piper-joe")
-    assert run_job(rt, app, job.id) == "completed"
-    assert run_job(rt, app, job.id) == "skipped"
+    assert outcome(run_job(rt, app, job.id)) == "completed"
+    assert outcome(run_job(rt, app, job.id)) == "skipped"
     assert rt.jobs.get(job.id).attempts == 1
 
 
 def test_cumulative_snapshots_keep_the_longest(rt, app, tenant):
     job = submit(rt, tenant, "test-snapshots")
-    assert run_job(rt, app, job.id) == "completed"
+    assert outcome(run_job(rt, app, job.id)) == "completed"
     assert rt.jobs.get(job.id).outputs[0].duration_s == pytest.approx(2.0, abs=0.01)
 
 
@@ -77,7 +78,7 @@ def test_cumulative_snapshots_keep_the_longest(rt, app, tenant):
                                                 ("test-rate-change", "audio_format_changed")])
 def test_invalid_output_fails_at_once_with_reason(rt, app, tenant, pipeline, code):
     job = submit(rt, tenant, pipeline)
-    assert run_job(rt, app, job.id) == "failed"
+    assert outcome(run_job(rt, app, job.id)) == "failed"
     failed = rt.jobs.get(job.id)
     assert failed.status is JobStatus.FAILED and failed.error_code == code
     assert failed.attempts == 1 and failed.outputs == ()
@@ -85,10 +86,10 @@ def test_invalid_output_fails_at_once_with_reason(rt, app, tenant, pipeline, cod
 
 def test_retryable_error_is_retried_then_fails(rt, app, tenant):
     job = submit(rt, tenant, "test-flaky")
-    assert run_job(rt, app, job.id) == "retrying"
+    assert outcome(run_job(rt, app, job.id)) == "retrying"
     queued = rt.jobs.get(job.id)
     assert queued.status is JobStatus.QUEUED and queued.error_code == "pipeline_error"
-    assert run_job(rt, app, job.id) == "failed"
+    assert outcome(run_job(rt, app, job.id)) == "failed"
     failed = rt.jobs.get(job.id)
     assert failed.status is JobStatus.FAILED and failed.attempts == 2
     assert "engine died" in failed.error_message
@@ -96,7 +97,7 @@ def test_retryable_error_is_retried_then_fails(rt, app, tenant):
 
 def test_unexpected_error_fails_without_leaking_details(rt, app, tenant):
     job = submit(rt, tenant, "test-buggy")
-    assert run_job(rt, app, job.id) == "failed"
+    assert outcome(run_job(rt, app, job.id)) == "failed"
     failed = rt.jobs.get(job.id)
     assert failed.error_code == "internal_error"
     assert "KeyError" in failed.error_message

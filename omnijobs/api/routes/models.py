@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict
+
 from fastapi import APIRouter, Depends
 
 from ...pipelines import all_specs
@@ -22,6 +24,7 @@ def list_models(svc: Services = Depends(services), _tenant: str = Depends(tenant
         data.extend(ModelPublic(
             id=model_id, pipeline=spec.name, kind=spec.kind.value,
             max_input_chars=spec.max_input_chars, sample_rate=spec.sample_rate,
-            max_seconds=spec.audio_bounds.max_s,
-            voices=sorted(spec.voices) if spec.voices else None) for model_id in ids)
+            max_seconds=spec.video.max_seconds if spec.video else spec.audio_bounds.max_s,
+            voices=sorted(spec.voices) if spec.voices else None,
+            video=asdict(spec.video) if spec.video else None) for model_id in ids)
     return ModelList(data=data)
