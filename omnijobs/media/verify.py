@@ -31,7 +31,7 @@ def verify_encoded_audio(probe: AudioProbe, *, sample_rate: int, channels: int,
 
 def verify_encoded_video(probe: VideoProbe, *, frames: int, fps: int, width: int, height: int,
                          audio_s: float | None, sample_rate: int | None,
-                         silence_rms: float) -> None:
+                         channels: int | None, silence_rms: float) -> None:
     """The muxed file must hold what was generated, audio included when there was audio."""
     if probe.video_codec != "h264":
         raise EncodingFailed(f"video codec is {probe.video_codec}, expected h264",
@@ -51,7 +51,7 @@ def verify_encoded_video(probe: VideoProbe, *, frames: int, fps: int, width: int
     if probe.audio.codec not in ("aac", "aac_fixed"):
         raise EncodingFailed(f"audio codec is {probe.audio.codec}, expected aac",
                              code="codec_mismatch")
-    verify_encoded_audio(probe.audio, sample_rate=sample_rate, channels=probe.audio.channels,
+    verify_encoded_audio(probe.audio, sample_rate=sample_rate, channels=channels,
                          duration_s=audio_s, silence_rms=silence_rms)
     tolerance = 1 / fps + PADDING_SAMPLES / sample_rate + SLACK_S
     if abs(probe.duration_s - probe.audio.duration_s) > tolerance:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..core.errors import OutputInvalid
+from ..core.errors import OutputInvalid, clip
 from .audio import MAX_CHANNELS, to_channel_first
 
 
@@ -21,7 +21,7 @@ def coerce_fps(fps: float) -> int:
     try:
         value = float(fps)
     except (TypeError, ValueError):
-        raise OutputInvalid(f"fps {fps!r} is not a number", code="fps_invalid") from None
+        raise OutputInvalid(f"fps {clip(fps)} is not a number", code="fps_invalid") from None
     if not math.isfinite(value) or round(value) <= 0:
         raise OutputInvalid(f"fps {value} is not a positive finite rate", code="fps_invalid")
     return int(round(value))
@@ -49,7 +49,12 @@ def to_fhwc(frames: np.ndarray) -> np.ndarray:
         arr = arr.transpose(0, 2, 3, 1)
     elif axis == 0:
         arr = arr.transpose(1, 2, 3, 0)
-    if arr.dtype != np.uint8:
+    if np.issubdtype(arr.dtype, np.integer) and arr.dtype != np.uint8:
+        if arr.size and (arr.min() < 0 or arr.max() > 255):
+            raise OutputInvalid(f"{arr.dtype} pixel values outside 0..255",
+                                code="video_pixel_range")
+        arr = arr.astype(np.uint8)
+    elif arr.dtype != np.uint8:
         if not np.isfinite(arr).all():
             raise OutputInvalid("video frames contain NaN or inf", code="video_not_finite")
         arr = (np.clip(arr, 0.0, 1.0) * 255.0 + 0.5).astype(np.uint8)
@@ -110,15 +115,26 @@ class ClipTiming:
     audio_s: float | None
 
 
+def check_rate(sample_rate) -> int:
+    """An audio sample rate must be a positive finite whole number of Hz."""
+    try:
+        value = float(sample_rate)
+    except (TypeError, ValueError):
+        value = math.nan
+    if not math.isfinite(value) or value <= 0 or value != round(value):
+        raise OutputInvalid(f"invalid audio sample rate {clip(sample_rate)}",
+                            code="sample_rate_invalid")
+    return int(value)
+
+
 def check_sync(frames: int, fps: int, samples: int | None, sample_rate: int | None
                ) -> ClipTiming:
     """|video_s - audio_s| must be within one frame plus one sample."""
+    fps = coerce_fps(fps)
     video_s = frames / fps
     if samples is None or sample_rate is None:
         return ClipTiming(video_s, None)
-    if sample_rate <= 0:
-        raise OutputInvalid(f"invalid audio sample rate {sample_rate}",
-                            code="sample_rate_invalid")
+    sample_rate = check_rate(sample_rate)
     audio_s = samples / sample_rate
     if abs(video_s - audio_s) > 1 / fps + 1 / sample_rate:
         raise OutputInvalid(f"audio lasts {audio_s:.3f} s but video {video_s:.3f} s",

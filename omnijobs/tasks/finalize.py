@@ -9,12 +9,12 @@ import numpy as np
 
 from ..core.errors import EncodingFailed, JobCancelled, OutputInvalid
 from ..media.audio import Audio
-from ..media.encode import encode_audio
+from ..media.encode import FORMATS, encode_audio, target_rate
 from ..media.mux import mux_mp4
 from ..media.probe import probe_audio, probe_video
 from ..media.validate import AudioBounds, validate_audio
 from ..media.verify import verify_encoded_audio, verify_encoded_video
-from ..media.video import check_sync, coerce_fps, even_size, pair_audio, to_fhwc
+from ..media.video import check_rate, check_sync, coerce_fps, even_size, pair_audio, to_fhwc
 from ..pipelines import PipelineSpec, VideoRequest, VideoResult
 from ..storage.objects import ObjectStore
 from ..storage.records import JobRecord, OutputRecord
@@ -76,14 +76,16 @@ def _video_output(store: ObjectStore, guard: Guard, job: JobRecord, index: int,
                             code="frame_count_mismatch")
     audio = None
     if track is not None:
-        audio = Audio(samples=track, sample_rate=int(sample_rate or 0))
+        audio = Audio(samples=track, sample_rate=check_rate(sample_rate))
         check_sync(frames.shape[0], fps, audio.frames, audio.sample_rate)
         validate_audio(audio, expected_sample_rate=None, bounds=bounds)
     data = mux_mp4(frames, fps, audio)
     probe = probe_video(data)
     verify_encoded_video(probe, frames=frames.shape[0], fps=fps, width=frames.shape[2],
                          height=frames.shape[1], audio_s=audio.duration_s if audio else None,
-                         sample_rate=probe.audio.sample_rate if probe.audio else None,
+                         sample_rate=target_rate(FORMATS["aac"], audio.sample_rate)
+                         if audio else None,
+                         channels=audio.channels if audio else None,
                          silence_rms=bounds.silence_rms)
     key = object_key(job, index, "mp4")
     sha = _upload(store, guard, key, data, "video/mp4")

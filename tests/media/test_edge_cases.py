@@ -67,3 +67,31 @@ def test_codec_mismatch_is_caught():
         verify_encoded_audio(probe, sample_rate=8000, channels=1, duration_s=1.0,
                              silence_rms=1e-3, codecs=FORMATS["mp3"].decoders)
     assert err.value.code == "codec_mismatch"
+
+
+def test_fps_error_echo_is_clipped():
+    from omnijobs.media.video import coerce_fps
+
+    with pytest.raises(OutputInvalid) as err:
+        coerce_fps("x" * 200)
+    assert "x" * 33 not in err.value.message
+
+
+def test_wide_integer_frames_keep_their_values_or_are_rejected():
+    from omnijobs.media.video import to_fhwc
+
+    assert np.unique(to_fhwc(np.full((2, 4, 4, 3), 128, np.int64))).tolist() == [128]
+    with pytest.raises(OutputInvalid) as err:
+        to_fhwc(np.full((2, 4, 4, 3), 4000, np.uint16))
+    assert err.value.code == "video_pixel_range"
+
+
+@pytest.mark.parametrize("rate", [float("nan"), 0, -1, 22050.5, "abc"])
+def test_bad_audio_rates_for_video_are_typed_errors(rate):
+    from omnijobs.media.video import check_sync
+
+    with pytest.raises(OutputInvalid) as err:
+        check_sync(48, 24, 10, rate)
+    assert err.value.code == "sample_rate_invalid"
+    with pytest.raises(OutputInvalid):
+        check_sync(48, 0, None, None)

@@ -357,18 +357,20 @@ def test_a_clip_muxed_without_audio_probes_without_audio(silent_mp4: bytes) -> N
     assert probe.audio_codec is None
     assert probe.frames == FRAMES
     verify_encoded_video(probe, frames=FRAMES, fps=FPS, width=WIDTH, height=HEIGHT,
-                         audio_s=None, sample_rate=None, silence_rms=SILENCE_RMS)
+                         audio_s=None, sample_rate=None, channels=None,
+                         silence_rms=SILENCE_RMS)
 
 
 def test_verify_accepts_the_file_it_was_made_for(av_mp4: bytes) -> None:
     verify_encoded_video(probe_video(av_mp4), frames=FRAMES, fps=FPS, width=WIDTH,
-                         height=HEIGHT, audio_s=2.0, sample_rate=SR, silence_rms=SILENCE_RMS)
+                         height=HEIGHT, audio_s=2.0, sample_rate=SR, channels=2,
+                         silence_rms=SILENCE_RMS)
 
 
 def test_verify_fails_a_file_that_lost_its_audio(silent_mp4: bytes) -> None:
     raises_code(EncodingFailed, "audio_missing", verify_encoded_video, probe_video(silent_mp4),
                 frames=FRAMES, fps=FPS, width=WIDTH, height=HEIGHT, audio_s=2.0,
-                sample_rate=SR, silence_rms=SILENCE_RMS)
+                sample_rate=SR, channels=2, silence_rms=SILENCE_RMS)
 
 
 @pytest.mark.parametrize(("change", "code"), [
@@ -379,17 +381,20 @@ def test_verify_fails_a_file_that_lost_its_audio(silent_mp4: bytes) -> None:
     ({"width": HEIGHT, "height": WIDTH}, "size_mismatch"),
     ({"fps": 25}, "fps_mismatch"),
     ({"fps": 30}, "fps_mismatch"),
+    ({"channels": 1}, "encoding_failed"),
+    ({"sample_rate": 44100}, "encoding_failed"),
 ])
 def test_verify_fails_what_was_not_generated(av_mp4: bytes, change: dict, code: str) -> None:
     expected = {"frames": FRAMES, "fps": FPS, "width": WIDTH, "height": HEIGHT,
-                "audio_s": 2.0, "sample_rate": SR, "silence_rms": SILENCE_RMS, **change}
+                "audio_s": 2.0, "sample_rate": SR, "channels": 2,
+                "silence_rms": SILENCE_RMS, **change}
     raises_code(EncodingFailed, code, verify_encoded_video, probe_video(av_mp4), **expected)
 
 
 def test_verify_fails_an_audio_duration_that_differs(av_mp4: bytes) -> None:
     raises_code(EncodingFailed, "duration_mismatch", verify_encoded_video,
                 probe_video(av_mp4), frames=FRAMES, fps=FPS, width=WIDTH, height=HEIGHT,
-                audio_s=3.0, sample_rate=SR, silence_rms=SILENCE_RMS)
+                audio_s=3.0, sample_rate=SR, channels=2, silence_rms=SILENCE_RMS)
 
 
 def test_verify_fails_a_silent_track() -> None:
@@ -398,7 +403,7 @@ def test_verify_fails_a_silent_track() -> None:
     assert probe.audio is not None
     raises_code(EncodingFailed, "silent_audio", verify_encoded_video, probe, frames=FRAMES,
                 fps=FPS, width=WIDTH, height=HEIGHT, audio_s=2.0, sample_rate=SR,
-                silence_rms=SILENCE_RMS)
+                channels=1, silence_rms=SILENCE_RMS)
 
 
 def test_mono_22050_muxes_and_probes_at_its_own_rate() -> None:
@@ -410,7 +415,8 @@ def test_mono_22050_muxes_and_probes_at_its_own_rate() -> None:
     assert probe.audio.channels == 1
     assert abs(probe.audio.duration_s - 2.0) <= PADDING_SAMPLES / rate + SLACK_S
     verify_encoded_video(probe, frames=FRAMES, fps=FPS, width=WIDTH, height=HEIGHT,
-                         audio_s=2.0, sample_rate=rate, silence_rms=SILENCE_RMS)
+                         audio_s=2.0, sample_rate=rate, channels=1,
+                         silence_rms=SILENCE_RMS)
 
 
 def test_assembled_odd_channel_first_float_frames_mux_at_the_padded_size() -> None:
