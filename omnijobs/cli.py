@@ -25,7 +25,14 @@ def _settings() -> Settings:
 
 
 def _logging(level: str = "INFO") -> None:
-    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    """JSON lines on stderr; ``extra={"job_id": ...}`` on a record becomes a field."""
+    from pythonjsonlogger.json import JsonFormatter
+
+    handler = logging.StreamHandler()
+    handler.setFormatter(JsonFormatter("%(asctime)s %(levelname)s %(name)s %(message)s",
+                                       rename_fields={"levelname": "level",
+                                                      "asctime": "time"}))
+    logging.basicConfig(level=level, handlers=[handler], force=True)
 
 
 @cli.command()
@@ -72,7 +79,8 @@ def api(host: str = "127.0.0.1", port: int = 8000, log_level: str = "info") -> N
     import uvicorn
 
     _logging(log_level.upper())
-    uvicorn.run(build_api(_settings()), host=host, port=port, log_level=log_level)
+    uvicorn.run(build_api(_settings()), host=host, port=port, log_level=log_level,
+                log_config=None)
 
 
 @cli.command()
@@ -82,6 +90,7 @@ def worker(
     maintenance: Annotated[bool, typer.Option(help="Also run relay/reaper tasks")] = True,
     beat: Annotated[bool, typer.Option(help="Embed the periodic scheduler")] = False,
     gpu: Annotated[int | None, typer.Option(help="Pin this process to one GPU")] = None,
+    metrics_port: Annotated[int | None, typer.Option(help="Serve Prometheus metrics")] = None,
     loglevel: str = "INFO",
 ) -> None:
     """Run a worker: one process, models loaded once before it takes jobs."""
@@ -95,6 +104,10 @@ def worker(
     _logging(loglevel)
     settings = _settings()
     names = pipeline or settings.pipelines
+    if metrics_port is not None:
+        from prometheus_client import start_http_server
+
+        start_http_server(metrics_port)
     runtime = get_runtime(settings)
     runtime.warm(names)
     queues = [get_spec(n).queue for n in names] + ([MAINTENANCE_QUEUE] if maintenance else [])

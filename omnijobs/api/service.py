@@ -14,6 +14,7 @@ from ..core.jobs import JobKind
 from ..pipelines import PipelineSpec
 from ..storage.records import JobRecord, NewJob
 from .deps import Services
+from .metrics import JOBS_SUBMITTED, PUBLISH_DEFERRED
 from .schemas import JobError, JobPublic, OutputPublic
 
 log = logging.getLogger(__name__)
@@ -37,11 +38,14 @@ def submit(svc: Services, *, tenant: str, spec: PipelineSpec, model: str, reques
     except Exception as exc:
         raise ServiceUnavailable("database unavailable; job not accepted") from exc
     if msg is not None:
+        JOBS_SUBMITTED.labels(spec.kind.value, model).inc()
         try:
             svc.publish(msg)
             svc.outbox.mark_published([msg.id])
         except Exception:  # the relay publishes it later; the job is already safe
-            log.warning("publish failed for %s; left to the outbox relay", job.id)
+            PUBLISH_DEFERRED.inc()
+            log.warning("publish failed for %s; left to the outbox relay", job.id,
+                        extra={"job_id": job.id})
     return job
 
 

@@ -24,6 +24,7 @@ from ..storage.records import JobRecord, OutputRecord
 from .dispatch import RENDER_TASK, publish_and_mark
 from .finalize import cancelled_guard, finalize_speech, finalize_video
 from .lease import Lease
+from .metrics import FINALIZE_SECONDS, GENERATE_SECONDS, JOBS_FINISHED
 from .runtime import WorkerRuntime, get_runtime
 
 log = logging.getLogger(__name__)
@@ -84,13 +85,20 @@ def record_failure(rt: WorkerRuntime, app: Celery, job: JobRecord, exc: BaseExce
 
 
 def finish(rt: WorkerRuntime, app: Celery, job: JobRecord, raw: Any, lease: Lease) -> str:
-    with lease:
+    result = _finish(rt, app, job, raw, lease)
+    JOBS_FINISHED.labels(job.pipeline, result).inc()
+    return result
+
+
+def _finish(rt: WorkerRuntime, app: Celery, job: JobRecord, raw: Any, lease: Lease) -> str:
+    with lease, FINALIZE_SECONDS.labels(job.pipeline).time():
         try:
             outputs = finalize(rt, job, raw, lease)
         except Exception as exc:
             return record_failure(rt, app, job, exc)
     if not rt.jobs.complete(job.id, job.attempts, outputs):
-        log.info("job %s finished but was no longer ours; result dropped", job.id)
+        log.info("job %s finished but was no longer ours; result dropped", job.id,
+                 extra={"job_id": job.id})
         return "lost"
     log.info("job %s completed", job.id, extra={"job_id": job.id})
     return "completed"
@@ -100,15 +108,19 @@ def run_job(rt: WorkerRuntime, app: Celery, job_id: str) -> str | Future:
     """Returns an outcome, or the Future of the finalize stage it handed off."""
     job = rt.jobs.claim(job_id, rt.worker_id, rt.settings.lease_s)
     if job is None:
-        log.info("job %s not claimable (taken, cancelled or finished)", job_id)
+        log.info("job %s not claimable (taken, cancelled or finished)", job_id,
+                 extra={"job_id": job_id})
         return "skipped"
     log.info("job %s claimed (attempt %d)", job_id, job.attempts, extra={"job_id": job_id})
     lease = Lease(rt.jobs, job.id, job.attempts, rt.settings.lease_s).start()
     try:
-        raw = generate(rt, job, lease)
+        with GENERATE_SECONDS.labels(job.pipeline).time():
+            raw = generate(rt, job, lease)
     except Exception as exc:
         lease.stop()
-        return record_failure(rt, app, job, exc)
+        result = record_failure(rt, app, job, exc)
+        JOBS_FINISHED.labels(job.pipeline, result).inc()
+        return result
     return rt.finalizer.submit(finish, rt, app, job, raw, lease)
 
 

@@ -156,3 +156,24 @@ def test_models_lists_video_limits(client):
     assert video["pipeline"] == "reference-t2va" and video["kind"] == "video"
     assert video["video"]["default_size"] == "448x256" and video["video"]["max_n"] == 4
     assert by_id["tts-1"]["video"] is None
+
+
+def test_worker_logs_are_json_with_job_id(stack, client):
+    import json
+
+    resp = client.post("/v1/audio/speech", json={"model": "tts-1", "input": "Log me."})
+    job_id = resp.headers["x-job-id"]
+    lines = stack.processes["worker"].log.read_text().splitlines()
+    records = [json.loads(line) for line in lines if line.startswith("{")]
+    mine = [r for r in records if r.get("job_id") == job_id]
+    assert any("completed" in r["message"] for r in mine), mine
+    assert all({"time", "level", "name"} <= set(r) for r in mine)
+
+
+def test_metrics_count_submissions(stack, client):
+    client.post("/v1/audio/speech", headers={"Prefer": "respond-async"},
+                json={"model": "tts-1", "input": "Count me."})
+    text = httpx.get(f"{stack.base_url}/metrics").text
+    line = next(x for x in text.splitlines()
+                if x.startswith('omnijobs_jobs_submitted_total{kind="speech",model="tts-1"}'))
+    assert float(line.split()[-1]) >= 1
