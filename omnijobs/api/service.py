@@ -6,7 +6,11 @@ import asyncio
 import logging
 import re
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal
 
+from fastapi import Query
 from fastapi.concurrency import run_in_threadpool
 
 from ..core.errors import InvalidRequest, NotFound, ServiceUnavailable, clip
@@ -97,3 +101,21 @@ def job_public(svc: Services, job: JobRecord) -> JobPublic:
         created_at=_ts(job.created_at), started_at=_ts(job.started_at),
         completed_at=_ts(job.completed_at), error=error, outputs=outputs,
         metadata=job.metadata)
+
+
+@dataclass
+class Page:
+    """Cursor pagination parameters, shared by every list route."""
+
+    after: str | None = Query(default=None, max_length=64)
+    limit: int = Query(default=20, ge=1, le=100)
+    order: Literal["asc", "desc"] = Query(default="desc")
+
+
+def list_page(svc: Services, tenant: str, page: Page, present: Callable[[Services, Any], Any],
+              **filters: Any) -> dict:
+    jobs, has_more = svc.jobs.list(tenant, after=page.after, limit=page.limit,
+                                   order=page.order, **filters)
+    data = [present(svc, j) for j in jobs]
+    return {"data": data, "first_id": data[0].id if data else None,
+            "last_id": data[-1].id if data else None, "has_more": has_more}

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Literal
-
 from fastapi import APIRouter, Depends, Query
 from fastapi.responses import StreamingResponse
 
@@ -11,22 +9,16 @@ from ...core.errors import Conflict, NotFound
 from ...core.jobs import JobKind, JobStatus
 from ..deps import Services, services, tenant_id
 from ..schemas import JobList, JobPublic
-from ..service import get_job, job_public
+from ..service import Page, get_job, job_public, list_page
 
 router = APIRouter(prefix="/v1/jobs")
 
 
 @router.get("", response_model=JobList)
-def list_jobs(after: str | None = Query(default=None, max_length=64),
-              limit: int = Query(default=20, ge=1, le=100),
-              order: Literal["asc", "desc"] = "desc",
-              status: JobStatus | None = None, kind: JobKind | None = None,
-              svc: Services = Depends(services), tenant: str = Depends(tenant_id)) -> JobList:
-    jobs, has_more = svc.jobs.list(tenant, after=after, limit=limit, order=order,
-                                   status=status, kind=kind)
-    data = [job_public(svc, j) for j in jobs]
-    return JobList(data=data, first_id=data[0].id if data else None,
-                   last_id=data[-1].id if data else None, has_more=has_more)
+def list_jobs(page: Page = Depends(), status: JobStatus | None = None,
+              kind: JobKind | None = None, svc: Services = Depends(services),
+              tenant: str = Depends(tenant_id)) -> JobList:
+    return JobList(**list_page(svc, tenant, page, job_public, status=status, kind=kind))
 
 
 @router.get("/{job_id}", response_model=JobPublic)

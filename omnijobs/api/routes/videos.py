@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Literal
-
 from fastapi import APIRouter, Depends, Header, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
@@ -16,7 +14,7 @@ from ...core.jobs import JobKind, JobStatus
 from ...pipelines import PipelineSpec, VideoRequest, all_specs, resolve_model
 from ..deps import Services, services, tenant_id
 from ..schemas import VideoCreate, VideoDeleted, VideoList, VideoPublic
-from ..service import get_job, job_public, submit
+from ..service import Page, get_job, job_public, list_page, submit
 from .jobs import stream_output
 
 router = APIRouter(prefix="/v1/videos")
@@ -109,16 +107,9 @@ async def create_video(request: Request, svc: Services = Depends(services),
 
 
 @router.get("", response_model=VideoList)
-def list_videos(after: str | None = Query(default=None, max_length=64),
-                limit: int = Query(default=20, ge=1, le=100),
-                order: Literal["asc", "desc"] = "desc",
-                svc: Services = Depends(services), tenant: str = Depends(tenant_id)
-                ) -> VideoList:
-    jobs, has_more = svc.jobs.list(tenant, after=after, limit=limit, order=order,
-                                   kind=JobKind.VIDEO)
-    data = [video_public(svc, j) for j in jobs]
-    return VideoList(data=data, first_id=data[0].id if data else None,
-                     last_id=data[-1].id if data else None, has_more=has_more)
+def list_videos(page: Page = Depends(), svc: Services = Depends(services),
+                tenant: str = Depends(tenant_id)) -> VideoList:
+    return VideoList(**list_page(svc, tenant, page, video_public, kind=JobKind.VIDEO))
 
 
 @router.get("/{video_id}", response_model=VideoPublic)
