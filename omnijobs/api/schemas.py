@@ -116,6 +116,7 @@ class VideoCreate(BaseModel):
     seed: int | None = Field(default=None, ge=0, le=2**32 - 1)
     negative_prompt: str | None = Field(default=None, max_length=10000)
     generate_audio: bool | None = None
+    guidance_scale: float | None = Field(default=None, ge=0, le=50)
     output_format: Literal["mp4"] = "mp4"
     metadata: dict[str, str] | None = None
 

@@ -152,3 +152,10 @@ class RenderFailed(OmniJobsError):
     http_status = 500
     error_type = "server_error"
     code = "job_failed"
+
+
+class EngineDead(PipelineFailed):
+    """The inference engine died. The job is retried elsewhere and this worker process
+    restarts rather than poisoning later jobs with a broken engine."""
+
+    code = "engine_dead"

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from functools import cached_property
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -62,6 +62,7 @@ class Settings(BaseSettings):
     pipelines: list[str] = ["piper-joe", "reference-t2va"]
     pipeline_modules: list[str] = []
     model_aliases: dict[str, str] = DEFAULT_ALIASES
+    pipeline_options: dict[str, dict[str, Any]] = {}
 
     @model_validator(mode="after")
     def _refuse_placeholders(self) -> Settings:

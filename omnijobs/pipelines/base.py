@@ -50,6 +50,7 @@ class VideoRequest:
     seed: int | None = None
     negative_prompt: str | None = None
     generate_audio: bool = True
+    guidance_scale: float | None = None
 
     @property
     def frames(self) -> int:
@@ -61,7 +62,8 @@ class VideoRequest:
         return cls(prompt=data["prompt"], seconds=float(data["seconds"]), width=width,
                    height=height, fps=int(data["fps"]), n=int(data.get("n", 1)),
                    seed=data.get("seed"), negative_prompt=data.get("negative_prompt"),
-                   generate_audio=bool(data.get("generate_audio", True)))
+                   generate_audio=bool(data.get("generate_audio", True)),
+                   guidance_scale=data.get("guidance_scale"))
 
 
 @dataclass
@@ -91,6 +93,7 @@ class VideoLimits:
     default_seconds: float = 4.0
     default_fps: int = 24
     makes_audio: bool = True
+    aspect_ratios: tuple[tuple[int, int], ...] | None = None  # None: any
 
 
 @dataclass(frozen=True)
@@ -109,6 +112,9 @@ class PipelineSpec:
     voices: frozenset[str] | None = None  # None: the pipeline takes no voice at all
     supports_instructions: bool = False
     extra_fields: frozenset[str] = frozenset()  # pipeline-specific request fields accepted
+    numeric_fields: tuple[tuple[str, float, float], ...] = ()  # (field, min, max), inclusive
+    reserved_fields: frozenset[str] = frozenset()  # set by the service, never by callers
+    supports_speed: bool = True
     video: VideoLimits | None = None
 
     @property
@@ -130,7 +136,24 @@ class PipelineSpec:
         if req.instructions and not self.supports_instructions:
             raise InvalidRequest(f"instructions are not supported by '{clip(self.models[0])}'",
                                  param="instructions", code="unsupported_parameter")
-        unknown = set(req.extra) - self.extra_fields
+        if req.speed != 1.0 and not self.supports_speed:
+            raise InvalidRequest(f"speed is not supported by '{clip(self.models[0])}'",
+                                 param="speed", code="unsupported_parameter")
+        self._validate_extra(req.extra)
+
+    def _validate_extra(self, extra: dict[str, Any]) -> None:
+        reserved = sorted(set(extra) & self.reserved_fields)
+        if reserved:
+            raise InvalidRequest(f"'{clip(reserved[0])}' is set by the service and may not be "
+                                 "sent", param=clip(reserved[0]), code="reserved_parameter")
+        for name, low, high in self.numeric_fields:
+            if name in extra:
+                value = extra[name]
+                if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
+                        low <= value <= high):
+                    raise InvalidRequest(f"{name} must be a number in [{low:g}, {high:g}] "
+                                         f"(got {clip(value)})", param=name)
+        unknown = set(extra) - self.extra_fields
         if unknown:
             name = sorted(unknown)[0]
             raise InvalidRequest(f"unrecognised parameter '{clip(name)}' for "
@@ -155,6 +178,11 @@ class PipelineSpec:
             (1 <= req.n <= lim.max_n, "n", f"n must be in [1, {lim.max_n}]"),
             (lim.makes_audio or not req.generate_audio, "generate_audio",
              f"'{clip(self.models[0])}' does not generate audio"),
+            (lim.aspect_ratios is None or any(
+                abs(req.width / max(req.height, 1) - w / h) <= 0.02 * w / h
+                for w, h in lim.aspect_ratios), "size",
+             "size must have one of the aspect ratios " + ", ".join(
+                 f"{w}:{h}" for w, h in lim.aspect_ratios or ())),
         ]
         for ok, param, message in checks:
             if not ok:
@@ -177,9 +205,16 @@ class AudioPiece:
 
 
 class Pipeline:
-    """Base for backends. ``load`` runs once per worker process, before any job."""
+    """Base for backends. ``load`` runs once per worker process, before any job.
+
+    ``options`` come from ``OMNIJOBS_PIPELINE_OPTIONS[<name>]`` (model path, deploy
+    config, engine arguments); each backend documents the keys it reads.
+    """
 
     spec: ClassVar[PipelineSpec]
+
+    def __init__(self, options: dict[str, Any] | None = None) -> None:
+        self.options = dict(options or {})
 
     def load(self) -> None:
         """Import heavy libraries and load weights. Default: nothing to load."""

@@ -9,7 +9,8 @@ from .base import Pipeline, PipelineSpec
 
 _REGISTRY: dict[str, type[Pipeline]] = {}
 
-BUILTIN_MODULES = ("omnijobs.pipelines.piper_tts", "omnijobs.pipelines.reference_t2va")
+BUILTIN_MODULES = ("omnijobs.pipelines.piper_tts", "omnijobs.pipelines.reference_t2va",
+                   "omnijobs.pipelines.audex", "omnijobs.pipelines.t2va")
 
 
 def register_pipeline(cls: type[Pipeline]) -> type[Pipeline]:

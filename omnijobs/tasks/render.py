@@ -16,7 +16,7 @@ from typing import Any
 
 from celery import Celery
 
-from ..core.errors import JobCancelled, JobFailure, OmniJobsError
+from ..core.errors import EngineDead, JobCancelled, JobFailure, OmniJobsError
 from ..core.jobs import JobKind
 from ..media.audio import AudioAggregator
 from ..pipelines import RunContext, SpeechRequest, VideoRequest, get_spec
@@ -74,6 +74,8 @@ def record_failure(rt: WorkerRuntime, app: Celery, job: JobRecord, exc: BaseExce
         exc = JobFailure(f"internal error while rendering ({type(exc).__name__})",
                          code="internal_error")
     log.warning("job %s: %s: %s", job.id, exc.code, exc.message, extra={"job_id": job.id})
+    if isinstance(exc, EngineDead):
+        rt.request_restart()
     if exc.retryable and job.attempts < job.max_attempts:
         msg = rt.jobs.requeue(job.id, job.attempts, queue=get_spec(job.pipeline).queue,
                               delay_s=backoff_s(rt.settings.retry_backoff_s, job.attempts),

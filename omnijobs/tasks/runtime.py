@@ -8,6 +8,7 @@ worker runs the solo pool, so nothing that touched an accelerator is ever forked
 from __future__ import annotations
 
 import os
+import signal
 import socket
 from functools import cached_property
 
@@ -29,6 +30,7 @@ class WorkerRuntime:
         self.worker_id = f"{socket.gethostname()}:{os.getpid()}"
         self._pipelines: dict[str, Pipeline] = {}
         self.finalizer = FinalizePool(settings.finalize_backlog)
+        self.restart_requested = False
 
     @cached_property
     def store(self) -> ObjectStore:
@@ -36,7 +38,8 @@ class WorkerRuntime:
 
     def pipeline(self, name: str) -> Pipeline:
         if name not in self._pipelines:
-            instance = get_pipeline_class(name)()
+            options = self.settings.pipeline_options.get(name, {})
+            instance = get_pipeline_class(name)(options)
             instance.load()
             self._pipelines[name] = instance
         return self._pipelines[name]
@@ -45,6 +48,14 @@ class WorkerRuntime:
         for name in names:
             self.pipeline(name)
 
+    def request_restart(self) -> None:
+        """Stop taking jobs and exit with RESTART_EXIT so the supervisor starts a fresh
+        process (a dead inference engine must not poison later jobs)."""
+        self.restart_requested = True
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+RESTART_EXIT = 75  # EX_TEMPFAIL: "start me again"
 
 _runtime: WorkerRuntime | None = None
 

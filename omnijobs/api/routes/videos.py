@@ -70,6 +70,7 @@ def video_request(spec: PipelineSpec, body: VideoCreate) -> dict:
         "seed": body.seed, "negative_prompt": body.negative_prompt,
         "generate_audio": lim.makes_audio if body.generate_audio is None
         else body.generate_audio,
+        "guidance_scale": body.guidance_scale,
     }
     spec.validate_video(VideoRequest.from_dict(request))
     return request
