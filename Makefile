@@ -10,6 +10,9 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[dev]'
+	# vLLM-Omni's own Audex prompt builder, for the GPU pipelines' CPU tests; without
+	# torch or vllm (those come with the [gpu] extra on GPU hosts).
+	$(BIN)/pip install --quiet --no-deps 'vllm-omni==0.30.0'
 	touch $(STAMP)
 
 ## Run the service on its embedded defaults: SQLite, filesystem broker, local store.

@@ -92,15 +92,58 @@ def worker(
     gpu: Annotated[int | None, typer.Option(help="Pin this process to one GPU")] = None,
     metrics_port: Annotated[int | None, typer.Option(help="Serve Prometheus metrics")] = None,
     loglevel: str = "INFO",
+    supervise: Annotated[bool, typer.Option(hidden=True)] = True,
 ) -> None:
-    """Run a worker: one process, models loaded once before it takes jobs."""
+    """Run a worker: one process, models loaded once before it takes jobs.
+
+    A light supervisor process (which never touches an accelerator) runs the worker as
+    its child and starts a fresh one whenever the worker exits asking for a restart
+    (a dead inference engine)."""
+    if gpu is not None:
+        os.environ["CUDA_VISIBLE_DEVICES"] = str(gpu)
+    if supervise:
+        raise typer.Exit(_supervise([*sys.argv[1:], "--no-supervise"]))
+    _run_worker(pipeline, maintenance, beat, metrics_port, loglevel)
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child before exec
+    """Linux: the worker gets SIGKILL if its supervisor dies, so none is orphaned."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+
+def _supervise(args: list[str]) -> int:
+    from .tasks.runtime import RESTART_EXIT
+
+    log = logging.getLogger("omnijobs.supervisor")
+    child: subprocess.Popen | None = None
+
+    def forward(signum, _frame) -> None:
+        if child is not None and child.poll() is None:
+            child.send_signal(signum)
+
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, forward)
+    while True:
+        child = subprocess.Popen([sys.executable, "-m", "omnijobs.cli", *args],
+                                 preexec_fn=_die_with_parent)
+        code = child.wait()
+        if code != RESTART_EXIT:
+            return code
+        log.warning("worker exited for a restart (dead engine); starting a fresh one")
+
+
+def _run_worker(pipeline: list[str] | None, maintenance: bool, beat: bool,
+                metrics_port: int | None, loglevel: str) -> None:
     from .pipelines import get_spec
     from .tasks.app import make_celery
     from .tasks.maintenance import MAINTENANCE_QUEUE
-    from .tasks.runtime import get_runtime
+    from .tasks.runtime import RESTART_EXIT, get_runtime
 
-    if gpu is not None:
-        os.environ["CUDA_VISIBLE_DEVICES"] = str(gpu)
     _logging(loglevel)
     settings = _settings()
     names = pipeline or settings.pipelines
@@ -115,7 +158,11 @@ def worker(
             "-n", f"omnijobs-{os.getpid()}@%h", "--without-gossip", "--without-mingle", "-E"]
     if beat:
         argv += ["-B", "-s", str((settings.home / "celerybeat-schedule").resolve())]
-    make_celery(settings).worker_main(argv)
+    try:
+        make_celery(settings).worker_main(argv)
+    finally:
+        if runtime.restart_requested:
+            os._exit(RESTART_EXIT)  # after Celery's warm shutdown drained in-flight work
 
 
 @cli.command()
@@ -157,7 +204,22 @@ def dev(host: str = "127.0.0.1", port: int = 8000) -> None:
     settings = _settings()
     upgrade(settings.db_url)
     key = _dev_key(settings)
-    worker_proc = subprocess.Popen([sys.executable, "-m", "omnijobs.cli", "worker", "--beat"])
+    worker_proc = subprocess.Popen([sys.executable, "-m", "omnijobs.cli", "worker", "--beat"],
+                                   preexec_fn=_die_with_parent)
+
+    def stop_worker(*_args) -> None:
+        if worker_proc.poll() is None:
+            worker_proc.send_signal(signal.SIGTERM)
+            try:
+                worker_proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                worker_proc.kill()
+        raise SystemExit(0)
+
+    # uvicorn re-raises SIGINT/SIGTERM after its graceful shutdown; this handler then
+    # stops the worker too, so nothing outlives `omnijobs dev`.
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, stop_worker)
     typer.echo(f"\nomnijobs is starting on http://{host}:{port}\nAPI key: {key}\n\n"
                "Try:\n"
                f"  curl -sS http://{host}:{port}/v1/audio/speech \\\n"
@@ -166,13 +228,10 @@ def dev(host: str = "127.0.0.1", port: int = 8000) -> None:
                "\"wav\", \"input\": \"Hello from omnijobs.\"}' \\\n"
                "    -o hello.wav\n")
     try:
-        uvicorn.run(build_api(settings), host=host, port=port, log_level="info")
+        uvicorn.run(build_api(settings), host=host, port=port, log_level="info",
+                    log_config=None)
     finally:
-        worker_proc.send_signal(signal.SIGTERM)
-        try:
-            worker_proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            worker_proc.kill()
+        stop_worker()
 
 
 def main() -> None:

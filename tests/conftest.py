@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -68,7 +69,12 @@ def stack_env(pg: str, redis: str, sw, home: Path, **extra: str) -> dict[str, st
         "OMNIJOBS_S3_SECRET_ACCESS_KEY": sw.secret_key,
         "OMNIJOBS_SIGNING_SECRET": "integration-test-signing-secret",
         "OMNIJOBS_PIPELINES": '["piper-joe", "reference-t2va", "test-silent", "test-slow", '
-                              '"test-video", "test-video-slow"]',
+                              '"test-video", "test-video-slow", "audex-tts", "minimax-h3"]',
+        "OMNIJOBS_PIPELINE_OPTIONS": json.dumps({
+            "audex-tts": {"engine_factory": "tests.fake_omni:make_engine",
+                          "tokenizer_factory": "tests.fake_omni:make_tokenizer",
+                          "engine_kwargs": {"die_marker": str(home / "engine-died")}},
+            "minimax-h3": {"engine_factory": "tests.fake_omni:make_engine"}}),
         "OMNIJOBS_SIGNED_URL_TTL_S": "5",
         "OMNIJOBS_PIPELINE_MODULES": '["tests.fake_pipelines"]',
         "OMNIJOBS_OUTBOX_GRACE_S": "1",

@@ -31,7 +31,21 @@ def embedded(tmp_path_factory):
     finally:
         proc.terminate()
         proc.wait(30)
-    assert proc.returncode == 0 or proc.returncode == -15
+    assert proc.returncode == 0
+    wait_until(lambda: not processes_in(cwd), 30, "worker processes to exit with omnijobs dev")
+
+
+def processes_in(cwd) -> list[int]:
+    """Pids whose working directory is ``cwd`` (the worker and its beat, if left behind)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                if os.readlink(f"/proc/{entry}/cwd") == str(cwd):
+                    found.append(int(entry))
+            except OSError:
+                continue
+    return found
 
 
 def test_embedded_speech_and_local_signed_urls(embedded):

@@ -1,0 +1,69 @@
+"""The GPU worker process model, with the fake vLLM-Omni engine at the GPU boundary."""
+
+from __future__ import annotations
+
+import pytest
+from openai import OpenAI
+
+from omnijobs.media.probe import probe_audio, probe_video
+
+from ..services import spawn, wait_until
+from .helpers import assert_openai_error, wait_job
+
+AUDEX = "nvidia/Nemotron-Labs-Audex-2B"
+
+
+@pytest.fixture(scope="module")
+def gpu_worker(stack):
+    proc = spawn("gpu-worker", ["worker", "--pipeline", "audex-tts", "--pipeline", "minimax-h3",
+                                "--no-maintenance", "--gpu", "0"], stack.env,
+                 stack.processes["worker"].log.parent)
+    stack.processes["gpu-worker"] = proc
+    wait_until(lambda: "ready" in proc.log.read_text(), 120, "gpu worker")
+    yield proc
+    proc.stop()
+
+
+@pytest.fixture(scope="module")
+def key(stack) -> str:
+    return stack.new_key("gpu-tenant")
+
+
+def test_audex_speech_with_guidance_through_the_sdk(stack, gpu_worker, key):
+    sdk = OpenAI(base_url=f"{stack.base_url}/v1", api_key=key, max_retries=0)
+    resp = sdk.audio.speech.create(model=AUDEX, voice="default", response_format="wav",
+                                   input="Guided speech from a fake engine.",
+                                   extra_body={"cfg_scale": 1.5})
+    probe = probe_audio(resp.read())
+    assert probe.sample_rate == 16000 and probe.channels == 1
+    assert probe.duration_s == pytest.approx(0.25 * 6, abs=0.01)
+
+
+def test_audex_rejections_at_submit(stack, key):
+    with stack.client(key) as c:
+        for body, param in [({"voice": "alloy"}, "voice"), ({"ref_audio": "x"}, "ref_audio"),
+                            ({"cfg_pair_id": "mine"}, "cfg_pair_id"),
+                            ({"cfg_scale": 20}, "cfg_scale")]:
+            resp = c.post("/v1/audio/speech", json={"model": AUDEX, "input": "hi", **body})
+            assert assert_openai_error(resp, 400)["param"] == param
+
+
+def test_dead_engine_restarts_the_worker_and_the_job_completes(stack, gpu_worker, key):
+    with stack.client(key) as c:
+        resp = c.post("/v1/audio/speech", headers={"Prefer": "respond-async"},
+                      json={"model": AUDEX, "input": "[die] then live again"})
+        job = wait_job(c, resp.json()["id"], timeout=120)
+    assert job["status"] == "completed", job
+    assert job["attempts"] == 2
+    log = gpu_worker.log.read_text()
+    assert "engine_dead" in log and "starting a fresh one" in log
+    assert gpu_worker.proc.poll() is None  # the supervisor lives on
+
+
+def test_t2va_video_through_the_sdk(stack, gpu_worker, key):
+    sdk = OpenAI(base_url=f"{stack.base_url}/v1", api_key=key, max_retries=0)
+    video = sdk.videos.create_and_poll(model="MiniMaxAI/MiniMax-H3", prompt="A kite at noon",
+                                       seconds="2", size="448x256")
+    assert video.status == "completed", video
+    probe = probe_video(sdk.videos.download_content(video.id).read())
+    assert probe.frames == 48 and probe.audio.sample_rate == 32000 and probe.audio.channels == 2

@@ -1,0 +1,228 @@
+"""Audex through vLLM-Omni, against the fake engine with the real output shapes."""
+
+from __future__ import annotations
+
+import pytest
+
+from omnijobs.core.errors import ConfigurationError, InvalidRequest, JobCancelled
+from omnijobs.core.jobs import JobStatus
+from omnijobs.media.probe import probe_audio
+from omnijobs.pipelines import RunContext, SpeechRequest, get_spec, import_pipeline_modules
+from omnijobs.pipelines.audex import AudexTTA, AudexTTS, audio_pieces, detect_mode, prompt_module
+from omnijobs.tasks.render import outcome, run_job
+from tests.fake_omni import DEPLOYS, FakeOmni, FakeTokenizer
+
+from ..tasks.test_render import app, rt, submit, tenant  # noqa: F401  (fixtures)
+
+FAKE = {"engine_factory": "tests.fake_omni:make_engine",
+        "tokenizer_factory": "tests.fake_omni:make_tokenizer"}
+
+import_pipeline_modules()
+
+
+def loaded(cls, **options):
+    pipeline = cls({**FAKE, **options})
+    pipeline.load()
+    return pipeline
+
+
+@pytest.mark.parametrize(("deploy", "mode"), [
+    ("audex_tts.yaml", "tts"), ("audex_tts_30b.yaml", "tts"), ("audex_tta.yaml", "tta"),
+    ("audex_tta_30b.yaml", "tta"), ("audex_s2s.yaml", "tts"),
+    ("audex_thinker_only.yaml", "text")])
+def test_mode_comes_from_the_stage_set(deploy, mode):
+    engine = FakeOmni("any/model-name-tta", deploy)  # the name must not matter
+    from omnijobs.pipelines.omni_bridge import stage_names
+
+    assert stage_names(engine) == set(DEPLOYS[deploy])
+    assert detect_mode(stage_names(engine)) == mode
+
+
+def test_unknown_stage_set_is_refused():
+    with pytest.raises(ConfigurationError):
+        detect_mode({"encoder", "dit"})
+
+
+@pytest.mark.parametrize(("cls", "deploy"), [(AudexTTS, "audex_tta.yaml"),
+                                             (AudexTTA, "audex_tts.yaml"),
+                                             (AudexTTS, "audex_thinker_only.yaml")])
+def test_engine_that_is_not_what_the_pipeline_serves_refuses_to_start(cls, deploy):
+    with pytest.raises(ConfigurationError, match="builds a"):
+        loaded(cls, deploy_config=deploy)
+
+
+def test_load_warms_up_with_one_real_request():
+    pipeline = loaded(AudexTTS)
+    engine = pipeline._bridge.engine
+    assert len(engine.requests) == 1 and "Warm up." in engine.requests[0]["prompt"]["prompt"]
+
+
+def test_prompt_is_primed_with_the_models_own_builder():
+    pipeline = loaded(AudexTTS)
+    list(pipeline.speech(SpeechRequest(input="Hello there, world."), RunContext("job_p")))
+    prompt = pipeline._bridge.engine.requests[-1]["prompt"]["prompt"]
+    assert prompt == prompt_module().build_cond_prompt("Hello there, world.")
+    assert prompt.endswith("<think></think><speechgen_start>")
+    tta = loaded(AudexTTA)
+    list(tta.speech(SpeechRequest(input="Rain on a tin roof."), RunContext("job_q")))
+    assert tta._bridge.engine.requests[-1]["prompt"]["prompt"].endswith("<audiogen_start>")
+
+
+def stage0(pipeline):
+    return pipeline._bridge.engine.requests[-1]["params"][0]
+
+
+def run(pipeline, text="Speak these words now.", **extra):
+    return list(pipeline.speech(SpeechRequest(input=text, extra=extra), RunContext("job_x")))
+
+
+def test_tts_is_unguided_by_default():
+    pipeline = loaded(AudexTTS)
+    run(pipeline)
+    params = stage0(pipeline)
+    assert not {"cfg_scale", "cfg_role", "cfg_pair_id", "cfg_null_prompt"} & set(
+        params.extra_args)
+    assert params.temperature == 0.1 and "tta_rvq" not in params.extra_args
+
+
+def test_tts_guidance_sets_the_pair_and_the_guided_temperature():
+    pipeline = loaded(AudexTTS)
+    run(pipeline, cfg_scale=1.5)
+    params, request = stage0(pipeline), pipeline._bridge.engine.requests[-1]
+    extra = params.extra_args
+    assert extra["cfg_scale"] == 1.5 and extra["cfg_role"] == "cond"
+    assert extra["cfg_pair_id"] == request["request_id"]
+    assert request["request_id"].startswith("job_x-")
+    null = extra["cfg_null_prompt"]
+    assert "<unk>" in null and "Speak" not in null
+    tok = FakeTokenizer()
+    assert len(tok.encode(null)) == len(tok.encode(request["prompt"]["prompt"]))
+    assert params.temperature == 0.05
+
+
+def test_tta_defaults_to_cfg_3_and_always_masks_rvq():
+    pipeline = loaded(AudexTTA)
+    run(pipeline, "Thunder rolling over hills.")
+    extra = stage0(pipeline).extra_args
+    assert extra["cfg_scale"] == 3.0 and extra["cfg_role"] == "cond"
+    rvq = extra["tta_rvq"]
+    assert [len(p) for p in rvq["phase_token_ids"]] == [1024] * 4
+    assert rvq["phase_token_ids"][1][0] == 196613 + 1024 and rvq["codec_cap"] == 4000
+    assert stage0(pipeline).temperature == 1.0  # TTA keeps its sampling temperature
+    run(pipeline, "Thunder again.", cfg_scale=1.0)
+    assert "cfg_role" not in stage0(pipeline).extra_args
+    assert "tta_rvq" in stage0(pipeline).extra_args
+
+
+def test_engine_defaults_are_never_mutated():
+    pipeline = loaded(AudexTTS)
+    engine = pipeline._bridge.engine
+    before = (engine.default_sampling_params_list[0].temperature,
+              dict(engine.default_sampling_params_list[0].extra_args))
+    run(pipeline, cfg_scale=2.0)
+    run(pipeline)
+    assert (engine.default_sampling_params_list[0].temperature,
+            engine.default_sampling_params_list[0].extra_args) == before
+    assert "cfg_role" not in stage0(pipeline).extra_args  # no leak from the guided job
+
+
+@pytest.mark.parametrize(("fields", "param", "code"), [
+    ({"voice": "alloy"}, "voice", "unsupported_voice"),
+    ({"ref_audio": "data:audio/wav;base64,AAAA"}, "ref_audio", "unsupported_parameter"),
+    ({"ref_text": "clone me"}, "ref_text", "unsupported_parameter"),
+    ({"cfg_role": "uncond"}, "cfg_role", "reserved_parameter"),
+    ({"cfg_pair_id": "x"}, "cfg_pair_id", "reserved_parameter"),
+    ({"cfg_null_prompt": "x"}, "cfg_null_prompt", "reserved_parameter"),
+    ({"tta_rvq": {}}, "tta_rvq", "reserved_parameter"),
+    ({"cfg_scale": 0.5}, "cfg_scale", "invalid_request"),
+    ({"cfg_scale": 10.5}, "cfg_scale", "invalid_request"),
+    ({"cfg_scale": "high"}, "cfg_scale", "invalid_request"),
+    ({"speed": 1.5}, "speed", "unsupported_parameter"),
+])
+@pytest.mark.parametrize("name", ["audex-tts", "audex-tta"])
+def test_contract_rejections(name, fields, param, code):
+    with pytest.raises(InvalidRequest) as err:
+        get_spec(name).validate_speech(SpeechRequest.from_dict({"input": "hi", **fields}))
+    assert err.value.param == param and err.value.code == code
+
+
+def test_contract_accepts_default_voice_and_cfg_range():
+    for fields in ({"voice": "default"}, {"voice": ""}, {"cfg_scale": 1.0},
+                   {"cfg_scale": 10}):
+        get_spec("audex-tts").validate_speech(SpeechRequest.from_dict({"input": "hi", **fields}))
+
+
+def test_audio_shapes_from_the_engine():
+    import numpy as np
+
+    sr_list = [np.array(16000, dtype="int32")]
+    a = np.full(10, 0.1, np.float32)
+    assert [len(p.samples) for p in audio_pieces({"audio": a, "sr": sr_list}, 0)] == [10]
+    assert audio_pieces({"model_outputs": [a[:2], a], "sr": 16000}, 0)[1].sample_rate == 16000
+    assert audio_pieces({}, 16000) == [] and audio_pieces({"text": "x"}, 16000) == []
+
+
+def test_cancel_aborts_the_engine_request():
+    pipeline = loaded(AudexTTS)
+    calls = []
+
+    def cancelled() -> bool:
+        calls.append(1)
+        return len(calls) > 1
+
+    with pytest.raises(JobCancelled):
+        list(pipeline.speech(SpeechRequest(input="[slow] a long sentence to speak"),
+                             RunContext("job_c", is_cancelled=cancelled)))
+    engine = pipeline._bridge.engine
+    assert engine.aborted == [engine.requests[-1]["request_id"]]
+
+
+# ---- through the real worker path -------------------------------------------------------
+
+@pytest.fixture
+def audex_rt(rt, tmp_path):  # noqa: F811
+    rt.settings.pipelines = [*rt.settings.pipelines, "audex-tts", "audex-tta"]
+    rt.settings.pipeline_options = {
+        "audex-tts": {**FAKE, "engine_kwargs": {"die_marker": str(tmp_path / "died")}},
+        "audex-tta": FAKE}
+    return rt
+
+
+def test_cumulative_snapshots_aggregate_keep_longest(audex_rt, app, tenant):  # noqa: F811
+    text = "One two three four five six seven eight."
+    job = submit(audex_rt, tenant, "audex-tts", input=text, response_format="wav")
+    assert outcome(run_job(audex_rt, app, job.id)) == "completed"
+    [out] = audex_rt.jobs.get(job.id).outputs
+    probe = probe_audio(audex_rt.store.get(out.key))
+    assert probe.sample_rate == 16000 and probe.channels == 1
+    assert out.duration_s == pytest.approx(0.25 * 8, abs=0.01)  # the longest snapshot
+
+
+def test_model_outputs_key_is_read_too(audex_rt, app, tenant):  # noqa: F811
+    job = submit(audex_rt, tenant, "audex-tts", input="[model_outputs] one two three four")
+    assert outcome(run_job(audex_rt, app, job.id)) == "completed"
+
+
+def test_zero_codec_tokens_fail_with_no_audio(audex_rt, app, tenant):  # noqa: F811
+    job = submit(audex_rt, tenant, "audex-tts", input="[silent] nothing comes out")
+    assert outcome(run_job(audex_rt, app, job.id)) == "failed"
+    failed = audex_rt.jobs.get(job.id)
+    assert failed.error_code == "no_audio" and "no audio generated" in failed.error_message
+
+
+def test_tta_is_capped_at_ten_seconds(audex_rt, app, tenant):  # noqa: F811
+    caption = " ".join(["waves"] * 60)
+    job = submit(audex_rt, tenant, "audex-tta", input=caption)
+    assert outcome(run_job(audex_rt, app, job.id)) == "completed"
+    assert audex_rt.jobs.get(job.id).outputs[0].duration_s <= 10.01
+
+
+def test_dead_engine_retries_the_job_and_asks_for_a_restart(audex_rt, app, tenant,  # noqa: F811
+                                                            monkeypatch):
+    restarts = []
+    monkeypatch.setattr(audex_rt, "request_restart", lambda: restarts.append(1))
+    job = submit(audex_rt, tenant, "audex-tts", input="[die] one two three")
+    assert outcome(run_job(audex_rt, app, job.id)) == "retrying"
+    queued = audex_rt.jobs.get(job.id)
+    assert queued.status is JobStatus.QUEUED and queued.error_code == "engine_dead"
+    assert restarts == [1]

@@ -1,0 +1,45 @@
+"""The production topology in docker-compose.yml is coherent with the code."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+from typer.main import get_command
+
+from omnijobs.cli import cli
+
+COMPOSE = yaml.safe_load((Path(__file__).resolve().parent.parent / "docker-compose.yml")
+                         .read_text())
+SERVICES = COMPOSE["services"]
+
+
+def test_topology_has_every_role():
+    assert {"api", "worker", "beat", "migrate", "redis", "postgres", "seaweedfs",
+            "bucket-init", "gpu-worker"} <= set(SERVICES)
+
+
+def test_every_omnijobs_command_exists():
+    commands = get_command(cli).commands
+    for name, svc in SERVICES.items():
+        cmd = svc.get("command")
+        if isinstance(cmd, list) and cmd[0] == "omnijobs":
+            assert cmd[1] in commands, (name, cmd)
+
+
+def test_s3_store_refuses_anonymous_reads():
+    assert "-s3.config=" in " ".join(SERVICES["seaweedfs"]["command"])
+
+
+def test_gpu_worker_reserves_a_gpu_and_mounts_models():
+    gpu = SERVICES["gpu-worker"]
+    [device] = gpu["deploy"]["resources"]["reservations"]["devices"]
+    assert device["driver"] == "nvidia" and device["capabilities"] == ["gpu"]
+    assert any(v.startswith("models:") for v in gpu["volumes"])
+    assert "--gpu" in gpu["command"] and gpu["profiles"] == ["gpu"]
+
+
+def test_production_services_run_in_production_mode():
+    for name in ("api", "worker", "beat", "gpu-worker"):
+        env = SERVICES[name]["environment"]
+        assert env["OMNIJOBS_MODE"] == "production", name
