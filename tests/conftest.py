@@ -86,9 +86,18 @@ def stack_env(pg: str, redis: str, sw, home: Path, **extra: str) -> dict[str, st
 
 
 @pytest.fixture(scope="session")
-def stack(pg_url, seaweedfs, tmp_path_factory) -> Iterator[Stack]:
+def stack_db() -> Iterator[str]:
+    """The stack's own database: its relay and reaper must not touch other tests' rows."""
+    url = create_database()
+    upgrade(url)
+    yield url
+    drop_database(url)
+
+
+@pytest.fixture(scope="session")
+def stack(stack_db, seaweedfs, tmp_path_factory) -> Iterator[Stack]:
     home = tmp_path_factory.mktemp("stack")
-    env = stack_env(pg_url, redis_url(), seaweedfs, home)
+    env = stack_env(stack_db, redis_url(), seaweedfs, home)
     port = free_port()
     st = Stack(base_url=f"http://127.0.0.1:{port}", env=env)
     # test-slow is left to the workers that the durability tests start and kill.
