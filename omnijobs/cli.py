@@ -64,7 +64,7 @@ def build_api(settings: Settings):
     from .tasks.app import make_celery
     from .tasks.dispatch import publish
 
-    celery = make_celery(settings)
+    celery = make_celery(settings, with_tasks=False)
 
     def broker_check() -> None:
         with celery.connection_for_write() as conn:
@@ -141,7 +141,7 @@ def _run_worker(pipeline: list[str] | None, maintenance: bool, beat: bool,
                 metrics_port: int | None, loglevel: str) -> None:
     from .pipelines import get_spec
     from .tasks.app import make_celery
-    from .tasks.maintenance import MAINTENANCE_QUEUE
+    from .tasks.dispatch import MAINTENANCE_QUEUE
     from .tasks.runtime import RESTART_EXIT, get_runtime
 
     _logging(loglevel)

@@ -7,7 +7,8 @@ request outputs whose ``multimodal_output`` is a Mapping ("audio" or "model_outp
 ones, zero codec tokens as empty audio, TTA capped at 10 s, T2VA frames with (B, 2, N)
 32 kHz audio at 24 fps or pre-encoded MP4s with ``audio: [None]``, ``abort``, and an
 engine that dies. Prompt markers choose the behaviour: ``[silent]``, ``[slow]``,
-``[die]`` (once per ``die_marker`` file), ``[model_outputs]``.
+``[die]`` (once per ``die_marker`` file), ``[model_outputs]``, ``[hang]``,
+``[engine-abort]``.
 """
 
 from __future__ import annotations
@@ -126,6 +127,11 @@ class FakeOmni:
         seconds = min(TTA_CAP_S, 0.4 * words) if tta else 0.25 * words
         key = "model_outputs" if "[model_outputs]" in text else "audio"
         sr = [np.array(SR, dtype=np.int32)]
+        if "[hang]" in text:
+            await asyncio.sleep(30)
+        if "[engine-abort]" in text:  # preempted by the engine, not by the caller
+            yield output(None, finished=True, reason="abort")
+            return
         if "[silent]" in text:  # zero codec tokens: an empty waveform on a finished output
             yield output({key: tensor([]), "sr": sr}, finished=True, reason="stop")
             return

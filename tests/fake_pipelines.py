@@ -102,12 +102,13 @@ def _stereo(seconds: float, rate: int = 16000) -> np.ndarray:
     return np.stack([mono, mono])
 
 
-def _mp4(frames: int, fps: int, with_audio: bool) -> bytes:
+def _mp4(frames: int, fps: int, with_audio: bool, audio_share: float = 1.0,
+         height: int = 48, width: int = 64) -> bytes:
     from omnijobs.media.audio import Audio
     from omnijobs.media.mux import mux_mp4
 
-    audio = Audio(_stereo(frames / fps), 16000) if with_audio else None
-    return mux_mp4(_clip(frames), fps, audio)
+    audio = Audio(_stereo(frames / fps * audio_share), 16000) if with_audio else None
+    return mux_mp4(_clip(frames, height, width), fps, audio)
 
 
 def _defective(defect: str, req):
@@ -138,6 +139,11 @@ def _defective(defect: str, req):
         "silent-audio": dict(audio=np.zeros_like(audio)),
         "mp4": dict(videos=None, audio=[None] * n, mp4=[_mp4(f, req.fps, True)] * n),
         "mp4-no-audio": dict(videos=None, audio=[None] * n, mp4=[_mp4(f, req.fps, False)] * n),
+        "mp4-half-audio": dict(videos=None, audio=[None] * n,
+                               mp4=[_mp4(f, req.fps, True, audio_share=0.5)] * n),
+        "mp4-wrong-size": dict(videos=None, audio=[None] * n,
+                               mp4=[_mp4(f, req.fps, True, height=24, width=32)] * n),
+        "mp4-short": dict(videos=None, audio=[None] * n, mp4=[_mp4(f - 4, req.fps, True)] * n),
     }
     for key, value in changes.get(defect, {}).items():
         setattr(res, key, value)

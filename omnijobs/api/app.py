@@ -6,12 +6,11 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from fastapi import FastAPI
-from sqlalchemy import text
 
 from .. import __version__
 from ..core.settings import Settings
 from ..pipelines import import_pipeline_modules
-from ..storage.db import make_engine, make_sessionmaker
+from ..storage.db import make_engine, make_sessionmaker, ping
 from ..storage.objects import make_store
 from ..storage.repositories import JobRepository, KeyRepository, OutboxRepository
 from .deps import Publisher, Services
@@ -26,11 +25,7 @@ def create_app(settings: Settings, publish: Publisher,
     sessions = make_sessionmaker(engine)
     store = make_store(settings)
 
-    def db_check() -> None:
-        with engine.connect() as conn:
-            conn.execute(text("SELECT 1"))
-
-    checks = {"database": db_check, "storage": store.check}
+    checks = {"database": lambda: ping(engine), "storage": store.check}
     if broker_check is not None:
         checks["broker"] = broker_check
     app = FastAPI(title="omnijobs", version=__version__)

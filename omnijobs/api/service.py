@@ -13,7 +13,7 @@ from typing import Any, Literal
 from fastapi import Query
 from fastapi.concurrency import run_in_threadpool
 
-from ..core.errors import InvalidRequest, NotFound, ServiceUnavailable, clip
+from ..core.errors import Conflict, InvalidRequest, NotFound, ServiceUnavailable, clip
 from ..core.jobs import JobKind
 from ..pipelines import PipelineSpec
 from ..storage.records import JobRecord, NewJob
@@ -41,6 +41,9 @@ def submit(svc: Services, *, tenant: str, spec: PipelineSpec, model: str, reques
         job, msg = svc.jobs.create(new)
     except Exception as exc:
         raise ServiceUnavailable("database unavailable; job not accepted") from exc
+    if msg is None and (job.kind, job.pipeline, job.request) != (spec.kind, spec.name, request):
+        raise Conflict("Idempotency-Key was already used for a different request",
+                       param="Idempotency-Key", code="idempotency_key_reused")
     if msg is not None:
         JOBS_SUBMITTED.labels(spec.kind.value, model).inc()
         try:

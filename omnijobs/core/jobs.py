@@ -1,8 +1,8 @@
-"""Job kinds, statuses and the transitions between them.
+"""Job kinds and statuses.
 
-The allowed-transition table lives here (not in the repository) so the API, the
-workers and the tests all agree on one lifecycle; the repository enforces it with
-compare-and-set updates.
+The lifecycle (queued -> running -> completed | failed | cancelled; queued -> cancelled;
+running -> queued for a retry or a reclaimed lease) is enforced by the compare-and-set
+updates in ``storage/repositories/jobs.py``, the only place a status changes.
 """
 
 from __future__ import annotations
@@ -28,18 +28,3 @@ class JobStatus(enum.StrEnum):
 
 
 TERMINAL = frozenset({JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.CANCELLED})
-
-# running -> queued happens only for a retry or a reclaimed lease.
-ALLOWED = {
-    JobStatus.QUEUED: frozenset({JobStatus.RUNNING, JobStatus.CANCELLED, JobStatus.FAILED}),
-    JobStatus.RUNNING: frozenset(
-        {JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.CANCELLED, JobStatus.QUEUED}
-    ),
-    JobStatus.COMPLETED: frozenset(),
-    JobStatus.FAILED: frozenset(),
-    JobStatus.CANCELLED: frozenset(),
-}
-
-
-def can_transition(src: JobStatus, dst: JobStatus) -> bool:
-    return dst in ALLOWED[src]

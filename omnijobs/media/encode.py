@@ -106,6 +106,6 @@ def encode_audio(audio: Audio, fmt_name: str) -> EncodedAudio:
                                       fmt.sample_format, fmt.bit_rate)
             encode_into(container, stream, audio)
     except (av.FFmpegError, ValueError) as exc:
-        raise EncodingFailed(f"{fmt.name} encoding failed: {exc}") from exc
+        raise EncodingFailed(f"{fmt.name} encoding failed ({type(exc).__name__})") from exc
     return EncodedAudio(data=buf.getvalue(), format=fmt, sample_rate=rate,
                         channels=audio.channels)

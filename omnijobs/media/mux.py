@@ -48,4 +48,4 @@ def _mux_to(path: Path, frames: np.ndarray, fps: int, audio: Audio | None) -> No
             if astream is not None:
                 encode_into(container, astream, audio)
     except (av.FFmpegError, ValueError) as exc:
-        raise EncodingFailed(f"mp4 muxing failed: {exc}") from exc
+        raise EncodingFailed(f"mp4 muxing failed ({type(exc).__name__})") from exc

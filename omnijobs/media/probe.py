@@ -52,7 +52,7 @@ def probe_audio(data: bytes, *, container_format: str | None = None,
             rate = stream.codec_context.sample_rate
             channels = stream.codec_context.layout.nb_channels
     except av.FFmpegError as exc:
-        raise EncodingFailed(f"encoded audio does not decode: {exc}") from exc
+        raise EncodingFailed(f"encoded audio does not decode ({type(exc).__name__})") from exc
     samples = (np.concatenate(chunks, axis=1) if chunks
                else np.zeros((channels, 0), dtype=np.float32))
     if np.issubdtype(samples.dtype, np.integer):
@@ -90,7 +90,7 @@ def probe_video(data: bytes) -> VideoProbe:
             fps = float(rate) if rate else 0.0
             has_audio = bool(container.streams.audio)
     except av.FFmpegError as exc:
-        raise EncodingFailed(f"video does not open: {exc}") from exc
+        raise EncodingFailed(f"video does not open ({type(exc).__name__})") from exc
     audio = probe_audio(data, container_format="mp4") if has_audio else None
     duration = frames / fps if fps else 0.0
     return VideoProbe(video_codec=codec, width=width, height=height, fps=fps, frames=frames,

@@ -12,6 +12,7 @@ from .base import (
                    VideoLimits,
                    VideoRequest,
                    VideoResult,
+                   queue_for,
 )
 from .registry import (
                    all_specs,
@@ -23,6 +24,6 @@ from .registry import (
 )
 
 __all__ = ["Pipeline", "PipelineSpec", "RunContext", "SpeechRequest", "VideoLimits",
-           "VideoRequest", "VideoResult", "all_specs",
+           "VideoRequest", "VideoResult", "all_specs", "queue_for",
            "get_pipeline_class", "get_spec", "import_pipeline_modules", "register_pipeline",
            "resolve_model"]

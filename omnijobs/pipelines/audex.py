@@ -97,7 +97,8 @@ def tta_rvq(tokenizer: Any) -> dict[str, Any]:
 
 def audio_pieces(mm: Any, default_rate: int) -> list[AudioPiece]:
     """Audio from ``multimodal_output``: key "audio" (or "model_outputs"), a tensor or a
-    list of cumulative snapshots; ``sr`` an int, a 0-d tensor or a list of them."""
+    list of cumulative snapshots (only the longest is copied off the device; the
+    aggregator would keep no other); ``sr`` an int, a 0-d tensor or a list of them."""
     if not mm:
         return []
     key = "audio" if "audio" in mm else "model_outputs" if "model_outputs" in mm else None
@@ -105,14 +106,26 @@ def audio_pieces(mm: Any, default_rate: int) -> list[AudioPiece]:
         return []
     rate = int(scalar(mm.get("sr")) or default_rate)
     value = mm[key]
-    snapshots = value if isinstance(value, (list, tuple)) else [value]
-    return [AudioPiece(to_numpy(s).reshape(-1), rate) for s in snapshots if s is not None]
+    if isinstance(value, (list, tuple)):  # a history of cumulative snapshots
+        value = max((v for v in value if v is not None), key=_length, default=None)
+    return [] if value is None else [AudioPiece(to_numpy(value).reshape(-1), rate)]
+
+
+def _length(snapshot: Any) -> int:
+    shape = getattr(snapshot, "shape", None)
+    return int(shape[-1]) if shape else len(snapshot)
 
 
 class AudexPipeline(Pipeline):
     mode: ClassVar[Mode]
     default_model: ClassVar[str]
     default_deploy: ClassVar[str]
+
+    @property
+    def timeout_s(self) -> float:
+        """Longest silence from the engine before it counts as hung (option
+        ``request_timeout_s``)."""
+        return float(self.options.get("request_timeout_s", 300))
 
     def load(self) -> None:
         model = self.options.get("model", self.default_model)
@@ -168,7 +181,7 @@ class AudexPipeline(Pipeline):
         params = self.request_params(cond, request.extra.get("cfg_scale"), request_id)
         expected_s = TTA_MAX_SECONDS if self.mode == "tta" else max(1.0, len(request.input) / 14)
         for out in self._bridge.stream({"prompt": cond}, params, request_id,
-                                       ctx.is_cancelled, ["audio"]):
+                                       ctx.is_cancelled, ["audio"], self.timeout_s):
             for piece in audio_pieces(out.multimodal_output, SAMPLE_RATE):
                 yield piece
                 ctx.report_progress(min(0.95, len(piece.samples) / SAMPLE_RATE / expected_s))

@@ -18,6 +18,11 @@ OPENAI_VOICES = frozenset({"alloy", "ash", "ballad", "coral", "echo", "fable", "
                            "sage", "shimmer", "verse", "marin", "cedar"})
 
 
+def queue_for(pipeline: str) -> str:
+    """The broker queue of a pipeline: only workers serving it consume from it."""
+    return "pipeline." + re.sub(r"[^A-Za-z0-9_.-]", "-", pipeline)
+
+
 @dataclass(frozen=True)
 class SpeechRequest:
     """A speech job's request as the worker sees it (already validated at submit)."""
@@ -94,6 +99,7 @@ class VideoLimits:
     default_fps: int = 24
     makes_audio: bool = True
     aspect_ratios: tuple[tuple[int, int], ...] | None = None  # None: any
+    max_raw_bytes: int = 2 * 2**30  # n x frames x H x W x 3 held in memory for finalize
 
 
 @dataclass(frozen=True)
@@ -119,7 +125,7 @@ class PipelineSpec:
 
     @property
     def queue(self) -> str:
-        return "pipeline." + re.sub(r"[^A-Za-z0-9_.-]", "-", self.name)
+        return queue_for(self.name)
 
     def validate_speech(self, req: SpeechRequest) -> None:
         """Raise InvalidRequest for anything this pipeline cannot honour."""
@@ -178,6 +184,9 @@ class PipelineSpec:
             (1 <= req.n <= lim.max_n, "n", f"n must be in [1, {lim.max_n}]"),
             (lim.makes_audio or not req.generate_audio, "generate_audio",
              f"'{clip(self.models[0])}' does not generate audio"),
+            (req.n * req.frames * req.width * req.height * 3 <= lim.max_raw_bytes, "size",
+             f"n x frames x size is too large: at most {lim.max_raw_bytes / 2**30:g} GiB "
+             "of raw frames per job"),
             (lim.aspect_ratios is None or any(
                 abs(req.width / max(req.height, 1) - w / h) <= 0.02 * w / h
                 for w, h in lim.aspect_ratios), "size",

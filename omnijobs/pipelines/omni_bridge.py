@@ -12,6 +12,7 @@ import copy
 import importlib
 import queue
 import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -29,7 +30,7 @@ def import_object(path: str) -> Any:
     try:
         return getattr(importlib.import_module(module), attr)
     except (ImportError, AttributeError) as exc:
-        raise ConfigurationError(f"cannot import {path}: {exc}") from exc
+        raise ConfigurationError(f"cannot import {path} ({type(exc).__name__})") from exc
 
 
 def build_async_omni(model: str, deploy_config: str | None = None, **kwargs: Any) -> Any:
@@ -133,9 +134,9 @@ class OmniBridge:
         asyncio.run_coroutine_threadsafe(pump(), self._loop)
         return items
 
-    def _cancel(self, request_id: str, is_cancelled: Callable[[], bool]) -> None:
-        if is_cancelled():
-            self.abort(request_id)
+    @staticmethod
+    def _cancel(request_id: str, is_cancelled: Callable[[], bool]) -> None:
+        if is_cancelled():  # the caller's ``finally`` aborts the engine request
             raise JobCancelled("job was cancelled")
 
     def _translate(self, exc: BaseException) -> PipelineFailed:
@@ -144,24 +145,45 @@ class OmniBridge:
         return PipelineFailed(f"engine request failed: {type(exc).__name__}")
 
     def stream(self, prompt: Any, params: list[Any], request_id: str,
-               is_cancelled: Callable[[], bool],
-               output_modalities: list[str] | None = None) -> Iterator[Any]:
-        """Yield the engine's outputs; abort the request if the job is cancelled."""
+               is_cancelled: Callable[[], bool], output_modalities: list[str] | None = None,
+               timeout_s: float | None = None) -> Iterator[Any]:
+        """Yield the engine's outputs.
+
+        The engine request is aborted whenever this stops early: the job was cancelled,
+        the consumer gave up (e.g. invalid output), or the engine went silent for longer
+        than ``timeout_s``, which is treated as a hung engine (the process restarts).
+        """
         items = self._start(prompt, params, request_id, output_modalities)
-        while True:
-            try:
-                kind, value = items.get(timeout=POLL_S)
-            except queue.Empty:
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        done = False
+        try:
+            while True:
+                try:
+                    kind, value = items.get(timeout=POLL_S)
+                except queue.Empty:
+                    self._cancel(request_id, is_cancelled)
+                    if deadline is not None and time.monotonic() > deadline:
+                        raise EngineDead(
+                            f"engine produced nothing for {timeout_s:.0f} s") from None
+                    continue
+                if kind != "out":
+                    done = True
+                    if kind == "error":
+                        raise self._translate(value) from value
+                    return
+                if getattr(value, "finished", False) and finish_reason(value) == "abort":
+                    done = True
+                    if is_cancelled():
+                        raise JobCancelled("job was cancelled")
+                    raise PipelineFailed("the engine aborted the request")
+                yield value
+                done = done or bool(getattr(value, "finished", False))
+                if timeout_s is not None:
+                    deadline = time.monotonic() + timeout_s
                 self._cancel(request_id, is_cancelled)
-                continue
-            if kind == "end":
-                return
-            if kind == "error":
-                raise self._translate(value) from value
-            if getattr(value, "finished", False) and finish_reason(value) == "abort":
-                raise JobCancelled("engine request was aborted")
-            yield value
-            self._cancel(request_id, is_cancelled)
+        finally:
+            if not done:
+                self.abort(request_id)
 
 
 def finish_reason(output: Any) -> str | None:

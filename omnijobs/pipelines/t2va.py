@@ -58,8 +58,10 @@ def video_result(out: Any, request: VideoRequest) -> VideoResult:
     """Read frames/audio/fps/rate the way vLLM-Omni's video server does."""
     mm = out.multimodal_output or {}
     meta = mm.get("metadata") or {}
-    images = getattr(out, "images", None) or mm.get("video")
-    if not images:
+    images = getattr(out, "images", None)
+    if images is None or len(images) == 0:
+        images = mm.get("video")
+    if images is None or len(images) == 0:
         raise PipelineFailed("engine returned no video", retryable=False)
     fps = scalar(_first(mm, "fps") or (meta.get("video") or {}).get("fps")) or request.fps
     rate = scalar(_first(mm, "audio_sample_rate", "sample_rate", "sampling_rate", "sr")
@@ -69,11 +71,12 @@ def video_result(out: Any, request: VideoRequest) -> VideoResult:
         audio = [None if a is None else to_numpy(a) for a in audio]
     elif audio is not None:
         audio = to_numpy(audio)
-    if all(isinstance(v, (bytes, bytearray)) for v in images):
+    if isinstance(images, (list, tuple)) and all(isinstance(v, (bytes, bytearray))
+                                                 for v in images):
         return VideoResult(fps=float(fps), mp4=[bytes(v) for v in images], audio=audio,
                            audio_sample_rate=rate)
-    return VideoResult(fps=float(fps), videos=[to_array(v) for v in images], audio=audio,
-                       audio_sample_rate=rate)
+    videos = to_array(images) if hasattr(images, "shape") else [to_array(v) for v in images]
+    return VideoResult(fps=float(fps), videos=videos, audio=audio, audio_sample_rate=rate)
 
 
 @register_pipeline
@@ -103,8 +106,11 @@ class MiniMaxH3(Pipeline):
         if request.negative_prompt:
             prompt["negative_prompt"] = request.negative_prompt
         request_id = f"{ctx.job_id}-{uuid.uuid4().hex[:8]}"
-        outputs = list(self._bridge.stream(prompt, params, request_id, ctx.is_cancelled))
-        last = outputs[-1] if outputs else None
+        last = None
+        timeout = float(self.options.get("request_timeout_s", 1800))
+        for out in self._bridge.stream(prompt, params, request_id, ctx.is_cancelled,
+                                       timeout_s=timeout):
+            last = out  # only the final output matters; drop the rest as they come
         if last is None:
             raise PipelineFailed("engine finished without output")
         ctx.report_progress(1.0)

@@ -3,7 +3,7 @@ mode's API and worker processes can share one file."""
 
 from __future__ import annotations
 
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import Engine, create_engine, event, text
 from sqlalchemy.orm import Session, sessionmaker
 
 
@@ -27,3 +27,9 @@ def make_engine(url: str) -> Engine:
 
 def make_sessionmaker(engine: Engine) -> sessionmaker[Session]:
     return sessionmaker(engine, expire_on_commit=False)
+
+
+def ping(engine: Engine) -> None:
+    """Readiness: one round trip to the database."""
+    with engine.connect() as conn:
+        conn.execute(text("SELECT 1"))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import logging
 import os
 import tempfile
 import time
@@ -20,7 +21,14 @@ from urllib.parse import quote, urlencode
 from ..core.errors import NotFound, SignatureInvalid, StorageFailed
 from ..core.settings import Settings
 
+log = logging.getLogger(__name__)
+
 CHUNK = 1 << 20
+
+
+def object_key(tenant_id: str, job_id: str, index: int, extension: str) -> str:
+    """Deterministic per (job, output index): a retry overwrites instead of duplicating."""
+    return f"{tenant_id}/{job_id}/{index}.{extension}"
 
 
 class ObjectStore(Protocol):
@@ -51,10 +59,17 @@ class LocalStore:
         path = self._path(key)
         path.parent.mkdir(parents=True, exist_ok=True)
         # Write then rename: a reader never sees half an object.
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".part-")
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
+        try:
+            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".part-")
+            try:
+                with os.fdopen(fd, "wb") as f:
+                    f.write(data)
+                os.replace(tmp, path)
+            except BaseException:
+                Path(tmp).unlink(missing_ok=True)
+                raise
+        except OSError as exc:
+            raise StorageFailed(f"local store write failed: {exc.strerror}") from exc
 
     def get(self, key: str) -> bytes:
         try:
@@ -116,7 +131,10 @@ class S3Store:
         public = settings.s3_public_endpoint_url or settings.s3_endpoint_url
         self._presigner = boto3.client("s3", endpoint_url=public, **common)
         if settings.s3_create_bucket:
-            self.ensure_bucket()
+            try:
+                self.ensure_bucket()
+            except StorageFailed:  # S3 briefly down: start anyway; /readyz reports it
+                log.warning("object store unreachable at start-up; bucket not checked")
 
     def _call(self, what: str, fn, **kwargs):
         from botocore.exceptions import BotoCoreError, ClientError

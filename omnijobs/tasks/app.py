@@ -10,10 +10,11 @@ from celery import Celery
 from celery.signals import worker_shutdown
 
 from ..core.settings import Settings
-from . import maintenance, render
+from .dispatch import MAINTENANCE_QUEUE
 
 RELAY_EVERY_S = 5.0
 REAP_EVERY_S = 10.0
+SWEEP_EVERY_S = 60.0
 
 
 def broker_options(settings: Settings) -> dict:
@@ -26,7 +27,8 @@ def broker_options(settings: Settings) -> dict:
             "polling_interval": 0.2}
 
 
-def make_celery(settings: Settings) -> Celery:
+def make_celery(settings: Settings, with_tasks: bool = True) -> Celery:
+    """``with_tasks=False`` gives a publisher only (the API): no worker code imported."""
     app = Celery("omnijobs", broker=settings.broker)
     app.conf.update(
         broker_transport_options=broker_options(settings),
@@ -38,19 +40,25 @@ def make_celery(settings: Settings) -> Celery:
         worker_prefetch_multiplier=1,
         worker_send_task_events=True,
         task_send_sent_event=True,
-        task_default_queue=maintenance.MAINTENANCE_QUEUE,
+        task_default_queue=MAINTENANCE_QUEUE,
         worker_hijack_root_logger=False,
         beat_schedule={
             "relay-outbox": {"task": "omnijobs.relay_outbox", "schedule": RELAY_EVERY_S,
-                             "options": {"queue": maintenance.MAINTENANCE_QUEUE,
+                             "options": {"queue": MAINTENANCE_QUEUE,
                                          "expires": RELAY_EVERY_S}},
             "reap-leases": {"task": "omnijobs.reap_leases", "schedule": REAP_EVERY_S,
-                            "options": {"queue": maintenance.MAINTENANCE_QUEUE,
+                            "options": {"queue": MAINTENANCE_QUEUE,
                                         "expires": REAP_EVERY_S}},
+            "sweep-queued": {"task": "omnijobs.sweep_queued", "schedule": SWEEP_EVERY_S,
+                             "options": {"queue": MAINTENANCE_QUEUE,
+                                         "expires": SWEEP_EVERY_S}},
         },
     )
-    render.register(app)
-    maintenance.register(app)
+    if with_tasks:
+        from . import maintenance, render
+
+        render.register(app)
+        maintenance.register(app)
     return app
 
 

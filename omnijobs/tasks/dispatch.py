@@ -14,6 +14,7 @@ from ..storage.repositories import OutboxRepository
 log = logging.getLogger(__name__)
 
 RENDER_TASK = "omnijobs.render"
+MAINTENANCE_QUEUE = "maintenance"
 
 
 def publish(app: Celery, msg: OutboxRecord) -> None:

@@ -13,18 +13,17 @@ from ..media.encode import FORMATS, encode_audio, target_rate
 from ..media.mux import mux_mp4
 from ..media.probe import probe_audio, probe_video
 from ..media.validate import AudioBounds, validate_audio
-from ..media.verify import verify_encoded_audio, verify_encoded_video
+from ..media.verify import check_encoded_sync, verify_encoded_audio, verify_encoded_video
 from ..media.video import check_rate, check_sync, coerce_fps, even_size, pair_audio, to_fhwc
 from ..pipelines import PipelineSpec, VideoRequest, VideoResult
-from ..storage.objects import ObjectStore
+from ..storage.objects import ObjectStore, object_key
 from ..storage.records import JobRecord, OutputRecord
 
 Guard = Callable[[], None]  # raises JobCancelled when the job is no longer ours
 
 
-def object_key(job: JobRecord, index: int, extension: str) -> str:
-    """Deterministic per (job, output index): a retry overwrites instead of duplicating."""
-    return f"{job.tenant_id}/{job.id}/{index}.{extension}"
+def output_key(job: JobRecord, index: int, extension: str) -> str:
+    return object_key(job.tenant_id, job.id, index, extension)
 
 
 def _upload(store: ObjectStore, guard: Guard, key: str, data: bytes, content_type: str) -> str:
@@ -44,7 +43,7 @@ def finalize_speech(store: ObjectStore, job: JobRecord, spec: PipelineSpec, audi
     verify_encoded_audio(probe, sample_rate=encoded.sample_rate, channels=encoded.channels,
                          duration_s=stats.duration_s, codecs=fmt.decoders,
                          silence_rms=spec.audio_bounds.silence_rms)
-    key = object_key(job, 0, fmt.extension)
+    key = output_key(job, 0, fmt.extension)
     sha = _upload(store, guard, key, encoded.data, fmt.content_type)
     return OutputRecord(index=0, key=key, content_type=fmt.content_type,
                         bytes=len(encoded.data), sha256=sha,
@@ -87,7 +86,7 @@ def _video_output(store: ObjectStore, guard: Guard, job: JobRecord, index: int,
                          if audio else None,
                          channels=audio.channels if audio else None,
                          silence_rms=bounds.silence_rms)
-    key = object_key(job, index, "mp4")
+    key = output_key(job, index, "mp4")
     sha = _upload(store, guard, key, data, "video/mp4")
     return _record(index, key, data, sha, probe)
 
@@ -102,17 +101,28 @@ def _record(index: int, key: str, data: bytes, sha: str, probe) -> OutputRecord:
 
 
 def _preencoded_output(store: ObjectStore, guard: Guard, job: JobRecord, index: int,
-                       data: bytes, want_audio: bool, bounds: AudioBounds) -> OutputRecord:
+                       data: bytes, request: VideoRequest, want_audio: bool,
+                       bounds: AudioBounds) -> OutputRecord:
     """An MP4 the pipeline already muxed: probe it, check it, upload it untouched."""
     probe = probe_video(data)
     if probe.frames <= 0 or probe.fps <= 0:
         raise OutputInvalid("pre-encoded video has no frames", code="no_frames")
+    fps = coerce_fps(probe.fps)
+    if probe.video_codec != "h264" or (probe.width, probe.height) != (request.width,
+                                                                       request.height):
+        raise EncodingFailed(f"pre-encoded video is {probe.video_codec} "
+                             f"{probe.width}x{probe.height}, expected h264 "
+                             f"{request.width}x{request.height}", code="video_mismatch")
+    if fps == request.fps and probe.frames != request.frames:
+        raise OutputInvalid(f"{probe.frames} frames generated, {request.frames} declared",
+                            code="frame_count_mismatch")
     if want_audio and probe.audio is None:
         raise EncodingFailed("pre-encoded video has no audio track", code="audio_missing")
     if probe.audio is not None:
         validate_audio(Audio(probe.audio.samples, probe.audio.sample_rate),
                        expected_sample_rate=None, bounds=bounds)
-    key = object_key(job, index, "mp4")
+        check_encoded_sync(probe)
+    key = output_key(job, index, "mp4")
     return _record(index, key, data, _upload(store, guard, key, data, "video/mp4"), probe)
 
 
@@ -126,7 +136,7 @@ def finalize_video(store: ObjectStore, job: JobRecord, spec: PipelineSpec,
         if len(result.mp4) != request.n:
             raise OutputInvalid(f"{len(result.mp4)} videos generated, {request.n} requested",
                                 code="video_count_mismatch")
-        return [_preencoded_output(store, guard, job, i, data, want_audio, bounds)
+        return [_preencoded_output(store, guard, job, i, data, request, want_audio, bounds)
                 for i, data in enumerate(result.mp4)]
     fps = coerce_fps(result.fps)
     clips = split_videos(result.videos, request.n)

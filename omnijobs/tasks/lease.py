@@ -31,6 +31,12 @@ class Lease:
     def is_cancelled(self) -> bool:
         return self.lost.is_set()
 
+    def lost_now(self) -> bool:
+        """Heartbeat now (not at the next tick) and say whether the job is lost: called
+        right before an upload, so a reclaimed attempt doesn't overwrite a newer one."""
+        self.beat()
+        return self.lost.is_set()
+
     def beat(self) -> None:
         progress = self._progress if self._progress != self._sent else None
         try:

@@ -1,4 +1,6 @@
-"""Periodic upkeep: publish what the outbox still holds, reclaim expired leases."""
+"""Periodic upkeep: publish what the outbox still holds, reclaim expired leases, and
+re-announce queued jobs whose message was lost (a broker that dropped it, a render
+task that failed before it could claim)."""
 
 from __future__ import annotations
 
@@ -7,13 +9,15 @@ import logging
 from celery import Celery
 
 from ..core.errors import ServiceUnavailable
-from ..pipelines import get_spec
-from .dispatch import publish
+from ..pipelines import queue_for
+from ..storage.records import JobRecord
+from .dispatch import MAINTENANCE_QUEUE, publish, publish_and_mark
 from .runtime import WorkerRuntime, get_runtime
 
 log = logging.getLogger(__name__)
 
-MAINTENANCE_QUEUE = "maintenance"
+__all__ = ["MAINTENANCE_QUEUE", "reap_leases", "register", "relay_outbox",
+           "sweep_stale_queued"]
 
 
 def relay_outbox(rt: WorkerRuntime, app: Celery) -> int:
@@ -28,27 +32,39 @@ def relay_outbox(rt: WorkerRuntime, app: Celery) -> int:
     return len(published)
 
 
+def reclaim(rt: WorkerRuntime, app: Celery, job: JobRecord) -> bool:
+    if job.attempts >= job.max_attempts:
+        return rt.jobs.fail(job.id, "lease_expired",
+                            f"worker stopped responding on attempt {job.attempts} of "
+                            f"{job.max_attempts}", attempt=job.attempts, only_if_expired=True)
+    msg = rt.jobs.requeue(job.id, job.attempts, queue=queue_for(job.pipeline), delay_s=0,
+                          code="lease_expired", message="worker stopped responding; retrying",
+                          only_if_expired=True)
+    publish_and_mark(app, rt.outbox, msg)
+    return msg is not None
+
+
 def reap_leases(rt: WorkerRuntime, app: Celery) -> int:
     """Running jobs whose worker stopped heartbeating go back to the queue (or fail)."""
     reaped = 0
     for job in rt.jobs.expired_leases():
-        if job.attempts >= job.max_attempts:
-            ok = rt.jobs.fail(job.id, "lease_expired",
-                              f"worker stopped responding on attempt {job.attempts} of "
-                              f"{job.max_attempts}", attempt=job.attempts)
-        else:
-            msg = rt.jobs.requeue(job.id, job.attempts, queue=get_spec(job.pipeline).queue,
-                                  delay_s=0, code="lease_expired",
-                                  message="worker stopped responding; retrying")
-            ok = msg is not None
-            if msg is not None:
-                try:
-                    publish(app, msg)
-                    rt.outbox.mark_published([msg.id])
-                except ServiceUnavailable:
-                    log.warning("broker down; reclaimed job %s waits in the outbox", job.id)
-        reaped += int(ok)
+        try:
+            reaped += int(reclaim(rt, app, job))
+        except Exception:  # one bad row must not stall the others
+            log.exception("could not reclaim job %s", job.id, extra={"job_id": job.id})
     return reaped
+
+
+def sweep_stale_queued(rt: WorkerRuntime, app: Celery) -> int:
+    swept = 0
+    for job in rt.jobs.stale_queued(rt.settings.stale_queued_s):
+        msg = rt.jobs.republish(job, queue_for(job.pipeline))
+        if msg is not None:
+            log.warning("job %s queued since %s: message re-sent", job.id,
+                        job.updated_at.isoformat(), extra={"job_id": job.id})
+            publish_and_mark(app, rt.outbox, msg)
+            swept += 1
+    return swept
 
 
 def register(app: Celery) -> None:
@@ -59,3 +75,7 @@ def register(app: Celery) -> None:
     @app.task(name="omnijobs.reap_leases", ignore_result=True)
     def reap() -> int:
         return reap_leases(get_runtime(), app)
+
+    @app.task(name="omnijobs.sweep_queued", ignore_result=True)
+    def sweep() -> int:
+        return sweep_stale_queued(get_runtime(), app)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import random
+import time
 from concurrent.futures import Future
 from typing import Any
 
@@ -51,7 +52,7 @@ def generate(rt: WorkerRuntime, job: JobRecord, lease: Lease) -> Any:
 
 def finalize(rt: WorkerRuntime, job: JobRecord, raw: Any, lease: Lease) -> list[OutputRecord]:
     spec = get_spec(job.pipeline)
-    guard = cancelled_guard(lease.is_cancelled)
+    guard = cancelled_guard(lease.lost_now)
     guard()
     if job.kind is JobKind.SPEECH:
         fmt = SpeechRequest.from_dict(job.request).response_format
@@ -87,21 +88,42 @@ def record_failure(rt: WorkerRuntime, app: Celery, job: JobRecord, exc: BaseExce
 
 
 def finish(rt: WorkerRuntime, app: Celery, job: JobRecord, raw: Any, lease: Lease) -> str:
-    result = _finish(rt, app, job, raw, lease)
+    """Runs on the finalize thread, where nobody reads the Future: log what escapes."""
+    try:
+        result = _finish(rt, app, job, raw, lease)
+    except Exception:
+        log.exception("job %s: finalize bookkeeping failed; the reaper will retry it",
+                      job.id, extra={"job_id": job.id})
+        result = "error"
     JOBS_FINISHED.labels(job.pipeline, result).inc()
     return result
 
 
-def _finish(rt: WorkerRuntime, app: Celery, job: JobRecord, raw: Any, lease: Lease) -> str:
-    with lease, FINALIZE_SECONDS.labels(job.pipeline).time():
+def complete(rt: WorkerRuntime, job: JobRecord, outputs: list[OutputRecord]) -> bool:
+    """The compare-and-set is idempotent, so a database blip is worth a few retries."""
+    for delay in (0.5, 1.0, 2.0, None):
         try:
-            outputs = finalize(rt, job, raw, lease)
-        except Exception as exc:
-            return record_failure(rt, app, job, exc)
-    if not rt.jobs.complete(job.id, job.attempts, outputs):
-        log.info("job %s finished but was no longer ours; result dropped", job.id,
-                 extra={"job_id": job.id})
-        return "lost"
+            return rt.jobs.complete(job.id, job.attempts, outputs)
+        except Exception:
+            if delay is None:
+                raise
+            log.warning("completing job %s failed; retrying", job.id, exc_info=True,
+                        extra={"job_id": job.id})
+            time.sleep(delay)
+    return False
+
+
+def _finish(rt: WorkerRuntime, app: Celery, job: JobRecord, raw: Any, lease: Lease) -> str:
+    with lease:  # held until the job is recorded, so the reaper leaves it alone
+        with FINALIZE_SECONDS.labels(job.pipeline).time():
+            try:
+                outputs = finalize(rt, job, raw, lease)
+            except Exception as exc:
+                return record_failure(rt, app, job, exc)
+        if not complete(rt, job, outputs):
+            log.info("job %s finished but was no longer ours; result dropped", job.id,
+                     extra={"job_id": job.id})
+            return "lost"
     log.info("job %s completed", job.id, extra={"job_id": job.id})
     return "completed"
 
@@ -126,12 +148,18 @@ def run_job(rt: WorkerRuntime, app: Celery, job_id: str) -> str | Future:
     return rt.finalizer.submit(finish, rt, app, job, raw, lease)
 
 
-def outcome(result: str | Future) -> str:
-    return result.result() if isinstance(result, Future) else result
-
-
 def register(app: Celery) -> None:
-    @app.task(name=RENDER_TASK, acks_late=True, reject_on_worker_lost=True, ignore_result=True)
-    def render(job_id: str) -> str:
-        result = run_job(get_runtime(), app, job_id)
+    @app.task(name=RENDER_TASK, bind=True, acks_late=True, reject_on_worker_lost=True,
+              ignore_result=True, max_retries=None)
+    def render(self, job_id: str) -> str:
+        try:
+            rt = get_runtime()
+            result = run_job(rt, app, job_id)
+        except Exception as exc:
+            # Failed before the job was claimed (e.g. the database is down): keep the
+            # message alive instead of letting Celery acknowledge it into oblivion.
+            delay = min(60.0, 2.0 * 2 ** min(self.request.retries, 5))
+            log.warning("render %s could not start (%s); retrying in %.0fs", job_id,
+                        type(exc).__name__, delay, extra={"job_id": job_id})
+            raise self.retry(countdown=delay, exc=exc) from exc
         return "finalizing" if isinstance(result, Future) else result

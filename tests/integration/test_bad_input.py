@@ -67,3 +67,30 @@ def test_bad_list_parameters_are_400(client):
     assert_openai_error(client.get("/v1/jobs", params={"limit": 0}), 400)
     assert_openai_error(client.get("/v1/jobs", params={"order": "sideways"}), 400)
     assert_openai_error(client.get("/v1/jobs", params={"status": "done"}), 400)
+
+
+def test_idempotency_key_reused_for_another_request_is_409(stack):
+    client = stack.client(stack.new_key("idempotent"))
+    headers = {"Prefer": "respond-async", "Idempotency-Key": "reuse-me"}
+    first = client.post("/v1/audio/speech", headers=headers,
+                        json={"model": "tts-1", "input": "First."})
+    assert first.status_code == 202
+    assert_openai_error(client.post("/v1/audio/speech", headers=headers,
+                                    json={"model": "tts-1", "input": "Second."}),
+                        409, "idempotency_key_reused")
+    assert_openai_error(client.post("/v1/videos", headers=headers,
+                                    json={"prompt": "A video now."}),
+                        409, "idempotency_key_reused")
+
+
+def test_deeply_nested_json_is_400_not_500(client):
+    body = b"[" * 100_000 + b"]" * 100_000
+    for path in ("/v1/audio/speech", "/v1/videos"):
+        resp = client.post(path, content=body, headers={"Content-Type": "application/json"})
+        assert_openai_error(resp, 400)
+
+
+def test_video_raw_size_budget_is_400(client):
+    resp = client.post("/v1/videos", json={"prompt": "Huge.", "size": "1280x1280",
+                                           "seconds": 20, "fps": 60, "n": 4})
+    assert assert_openai_error(resp, 400)["param"] == "size"

@@ -9,10 +9,10 @@ from omnijobs.core.jobs import JobStatus
 from omnijobs.media.probe import probe_audio
 from omnijobs.pipelines import RunContext, SpeechRequest, get_spec, import_pipeline_modules
 from omnijobs.pipelines.audex import AudexTTA, AudexTTS, audio_pieces, detect_mode, prompt_module
-from omnijobs.tasks.render import outcome, run_job
+from omnijobs.tasks.render import run_job
 from tests.fake_omni import DEPLOYS, FakeOmni, FakeTokenizer
 
-from ..tasks.test_render import app, rt, submit, tenant  # noqa: F401  (fixtures)
+from ..tasks.test_render import app, outcome, rt, submit, tenant  # noqa: F401  (fixtures)
 
 FAKE = {"engine_factory": "tests.fake_omni:make_engine",
         "tokenizer_factory": "tests.fake_omni:make_tokenizer"}
@@ -158,7 +158,8 @@ def test_audio_shapes_from_the_engine():
     sr_list = [np.array(16000, dtype="int32")]
     a = np.full(10, 0.1, np.float32)
     assert [len(p.samples) for p in audio_pieces({"audio": a, "sr": sr_list}, 0)] == [10]
-    assert audio_pieces({"model_outputs": [a[:2], a], "sr": 16000}, 0)[1].sample_rate == 16000
+    [longest] = audio_pieces({"model_outputs": [a[:2], a, a[:0], a[:5]], "sr": 16000}, 0)
+    assert len(longest.samples) == 10 and longest.sample_rate == 16000
     assert audio_pieces({}, 16000) == [] and audio_pieces({"text": "x"}, 16000) == []
 
 
@@ -226,3 +227,31 @@ def test_dead_engine_retries_the_job_and_asks_for_a_restart(audex_rt, app, tenan
     queued = audex_rt.jobs.get(job.id)
     assert queued.status is JobStatus.QUEUED and queued.error_code == "engine_dead"
     assert restarts == [1]
+
+
+def test_consumer_giving_up_aborts_the_engine_request():
+    pipeline = loaded(AudexTTS)
+    gen = pipeline.speech(SpeechRequest(input="[slow] one two three"), RunContext("job_g"))
+    next(gen)
+    gen.close()  # e.g. the aggregator rejected a chunk
+    engine = pipeline._bridge.engine
+    assert engine.aborted == [engine.requests[-1]["request_id"]]
+
+
+def test_engine_side_abort_is_a_retryable_failure_not_a_cancel():
+    from omnijobs.core.errors import PipelineFailed
+
+    pipeline = loaded(AudexTTS)
+    with pytest.raises(PipelineFailed) as err:
+        run(pipeline, "[engine-abort] one two")
+    assert err.value.retryable and not isinstance(err.value, JobCancelled)
+
+
+def test_silent_engine_counts_as_dead_after_the_timeout():
+    from omnijobs.core.errors import EngineDead
+
+    pipeline = loaded(AudexTTS, request_timeout_s=0.6)
+    with pytest.raises(EngineDead):
+        run(pipeline, "[hang] one two")
+    engine = pipeline._bridge.engine
+    assert engine.aborted == [engine.requests[-1]["request_id"]]

@@ -8,9 +8,9 @@ from omnijobs.core.errors import InvalidRequest
 from omnijobs.media.probe import probe_video
 from omnijobs.pipelines import RunContext, VideoRequest, get_spec, import_pipeline_modules
 from omnijobs.pipelines.t2va import MiniMaxH3
-from omnijobs.tasks.render import outcome, run_job
+from omnijobs.tasks.render import run_job
 
-from ..tasks.test_render import app, rt, submit, tenant  # noqa: F401  (fixtures)
+from ..tasks.test_render import app, outcome, rt, submit, tenant  # noqa: F401  (fixtures)
 
 FAKE = {"engine_factory": "tests.fake_omni:make_engine"}
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from concurrent.futures import Future
+
 import pytest
 
 from omnijobs.core.jobs import JobStatus
@@ -12,8 +14,14 @@ from omnijobs.storage.records import NewJob
 from omnijobs.storage.repositories import KeyRepository
 from omnijobs.tasks.app import make_celery
 from omnijobs.tasks.maintenance import reap_leases, relay_outbox
-from omnijobs.tasks.render import outcome, run_job
+from omnijobs.tasks.render import run_job
 from omnijobs.tasks.runtime import WorkerRuntime
+
+
+def outcome(result: str | Future) -> str:
+    """run_job hands finalize to a background thread; wait for it."""
+    return result.result() if isinstance(result, Future) else result
+
 
 PIPELINES = ["piper-joe", "test-silent", "test-snapshots", "test-rate-change", "test-flaky",
              "test-video", "test-video-slow",
@@ -120,3 +128,29 @@ def test_relay_publishes_unpublished_messages(rt, app, tenant):
     submit(rt, tenant, "piper-joe")
     assert relay_outbox(rt, app) == 1
     assert relay_outbox(rt, app) == 0
+
+
+def test_sweep_republishes_stale_queued_jobs_once(rt, app, tenant):
+    from omnijobs.tasks.maintenance import sweep_stale_queued
+
+    job = submit(rt, tenant, "piper-joe")
+    relay_outbox(rt, app)  # the original message went out (and, say, got lost)
+    rt.settings.stale_queued_s = 0.01
+    import time
+
+    time.sleep(0.05)
+    assert sweep_stale_queued(rt, app) == 1
+    rt.settings.stale_queued_s = 60
+    assert sweep_stale_queued(rt, app) == 0  # fresh again: not re-sent every tick
+    assert outcome(run_job(rt, app, job.id)) == "completed"
+
+
+def test_reaper_spares_a_job_whose_heartbeat_won_the_race(rt, app, tenant):
+    from omnijobs.tasks.maintenance import reclaim
+
+    job = submit(rt, tenant, "piper-joe")
+    claimed = rt.jobs.claim(job.id, "w", lease_s=-1)
+    stale_view = rt.jobs.expired_leases()[0]
+    assert rt.jobs.heartbeat(job.id, claimed.attempts, lease_s=60)  # the worker is alive
+    assert reclaim(rt, app, stale_view) is False
+    assert rt.jobs.get(job.id).status is JobStatus.RUNNING

@@ -9,9 +9,9 @@ import pytest
 from omnijobs.core.jobs import JobStatus
 from omnijobs.media.probe import probe_video
 from omnijobs.tasks import finalize as finalize_module
-from omnijobs.tasks.render import outcome, run_job
+from omnijobs.tasks.render import run_job
 
-from .test_render import app, rt, submit, tenant  # noqa: F401  (fixtures)
+from .test_render import app, outcome, rt, submit, tenant  # noqa: F401  (fixtures)
 
 FAILS = {
     "fps-nan": "fps_invalid", "fps-zero": "fps_invalid", "fps-negative": "fps_invalid",
@@ -21,6 +21,8 @@ FAILS = {
     "audio-list-short": "audio_pairing_mismatch", "audio-3ch": "audio_channels_unsupported",
     "av-mismatch": "av_duration_mismatch", "no-audio": "no_audio",
     "silent-audio": "silent_audio", "mp4-no-audio": "audio_missing",
+    "mp4-half-audio": "av_duration_mismatch", "mp4-wrong-size": "video_mismatch",
+    "mp4-short": "frame_count_mismatch",
 }
 
 

@@ -12,6 +12,7 @@ from starlette.datastructures import UploadFile
 from ...core.errors import InvalidRequest, NotFound, clip
 from ...core.jobs import JobKind, JobStatus
 from ...pipelines import PipelineSpec, VideoRequest, all_specs, resolve_model
+from ...storage.objects import object_key
 from ..deps import Services, services, tenant_id
 from ..schemas import VideoCreate, VideoDeleted, VideoList, VideoPublic
 from ..service import Page, get_job, job_public, list_page, submit
@@ -34,7 +35,7 @@ async def read_body(request: Request) -> dict:
         return {k: v for k, v in form.items() if v != ""}
     try:
         body = await request.json()
-    except ValueError:
+    except (ValueError, RecursionError):
         raise InvalidRequest("request body is not valid JSON") from None
     if not isinstance(body, dict):
         raise InvalidRequest("request body must be a JSON object")
@@ -129,7 +130,7 @@ def delete_video(video_id: str, svc: Services = Depends(services),
     if not job.status.terminal:
         job = svc.jobs.cancel(job.id, tenant)
     keys = {o.key for o in job.outputs} | {
-        f"{job.tenant_id}/{job.id}/{i}.mp4" for i in range(int(job.request.get("n", 1)))}
+        object_key(job.tenant_id, job.id, i, "mp4") for i in range(int(job.request.get("n", 1)))}
     svc.store.delete(sorted(keys))
     if not svc.jobs.delete(job.id, tenant):
         raise NotFound(f"no video with id '{clip(video_id)}'", param="id")

@@ -166,11 +166,13 @@ class JobRepository:
             return True
 
     def fail(self, job_id: str, code: str, message: str, *, attempt: int | None = None,
-             from_status: JobStatus = JobStatus.RUNNING) -> bool:
+             from_status: JobStatus = JobStatus.RUNNING, only_if_expired: bool = False) -> bool:
         now = _now()
         q = update(Job).where(Job.id == job_id, Job.status == from_status.value)
         if attempt is not None:
             q = q.where(Job.attempts == attempt)
+        if only_if_expired:
+            q = q.where(Job.lease_expires_at < now)
         with self._sessions.begin() as s:
             return s.execute(q.values(
                 status=JobStatus.FAILED.value, error_code=code[:64],
@@ -178,13 +180,22 @@ class JobRepository:
                 lease_expires_at=None)).rowcount == 1
 
     def requeue(self, job_id: str, attempt: int, *, queue: str, delay_s: float,
-                code: str, message: str) -> OutboxRecord | None:
-        """running -> queued for a retry, with its render message, in one transaction."""
+                code: str, message: str, only_if_expired: bool = False
+                ) -> OutboxRecord | None:
+        """running -> queued for a retry, with its render message, in one transaction.
+
+        ``only_if_expired`` (the reaper) also requires the lease to have run out, so a
+        heartbeat that lands between the reaper's read and this write keeps the job.
+        """
         now = _now()
+        q = self._running(job_id, attempt)
+        if only_if_expired:
+            q = q.where(Job.lease_expires_at < now)
         with self._sessions.begin() as s:
-            res = s.execute(self._running(job_id, attempt).values(
+            res = s.execute(q.values(
                 status=JobStatus.QUEUED.value, worker_id=None, lease_expires_at=None,
-                updated_at=now, error_code=code[:64], error_message=message[:MESSAGE_LIMIT]))
+                progress=0, updated_at=now, error_code=code[:64],
+                error_message=message[:MESSAGE_LIMIT]))
             if res.rowcount != 1:
                 return None
             msg = add_message(s, topic="render", job_id=job_id, queue=queue,
@@ -206,8 +217,31 @@ class JobRepository:
         with self._sessions() as s:
             rows = s.scalars(select(Job).where(
                 Job.status == JobStatus.RUNNING.value,
-                Job.lease_expires_at < _now()).limit(limit)).all()
+                Job.lease_expires_at < _now()).order_by(Job.lease_expires_at)
+                .limit(limit)).all()
             return [_record(j) for j in rows]
+
+    def stale_queued(self, older_than_s: float, limit: int = 100) -> list[JobRecord]:
+        """Queued jobs untouched for a long time: their message may have been lost."""
+        cutoff = _now() - timedelta(seconds=older_than_s)
+        with self._sessions() as s:
+            rows = s.scalars(select(Job).where(
+                Job.status == JobStatus.QUEUED.value, Job.updated_at < cutoff)
+                .order_by(Job.updated_at).limit(limit)).all()
+            return [_record(j) for j in rows]
+
+    def republish(self, job: JobRecord, queue: str) -> OutboxRecord | None:
+        """A fresh render message for a stale queued job (CAS on its ``updated_at``, so
+        two sweepers don't both republish it)."""
+        now = _now()
+        with self._sessions.begin() as s:
+            res = s.execute(update(Job).where(
+                Job.id == job.id, Job.status == JobStatus.QUEUED.value,
+                Job.updated_at == job.updated_at).values(updated_at=now))
+            if res.rowcount != 1:
+                return None
+            return outbox_record(add_message(s, topic="render", job_id=job.id, queue=queue,
+                                             payload={"job_id": job.id}))
 
     def delete(self, job_id: str, tenant_id: str) -> bool:
         with self._sessions.begin() as s:
