@@ -25,12 +25,16 @@ from .services import (
 )
 
 
-@pytest.fixture(scope="session")
-def pg_url() -> Iterator[str]:
+def migrated_database() -> Iterator[str]:
     url = create_database()
     upgrade(url)
     yield url
     drop_database(url)
+
+
+@pytest.fixture(scope="session")
+def pg_url() -> Iterator[str]:
+    yield from migrated_database()
 
 
 @pytest.fixture
@@ -88,10 +92,7 @@ def stack_env(pg: str, redis: str, sw, home: Path, **extra: str) -> dict[str, st
 @pytest.fixture(scope="session")
 def stack_db() -> Iterator[str]:
     """The stack's own database: its relay and reaper must not touch other tests' rows."""
-    url = create_database()
-    upgrade(url)
-    yield url
-    drop_database(url)
+    yield from migrated_database()
 
 
 @pytest.fixture(scope="session")

@@ -7,7 +7,7 @@ import logging
 import re
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
 from fastapi import Query
@@ -91,11 +91,8 @@ def job_public(svc: Services, job: JobRecord) -> JobPublic:
     outputs = []
     for out in job.outputs:
         url, expires = svc.store.signed_url(out.key, ttl)
-        outputs.append(OutputPublic(
-            index=out.index, url=url, url_expires_at=expires, content_type=out.content_type,
-            bytes=out.bytes, sha256=out.sha256, duration_s=out.duration_s,
-            sample_rate=out.sample_rate, channels=out.channels, width=out.width,
-            height=out.height, fps=out.fps, frames=out.frames))
+        fields = {k: v for k, v in asdict(out).items() if k != "key"}
+        outputs.append(OutputPublic(url=url, url_expires_at=expires, **fields))
     error = (JobError(code=job.error_code, message=job.error_message or "")
              if job.error_code and job.status.value == "failed" else None)
     return JobPublic(
