@@ -42,6 +42,9 @@ def _tone(seconds: float, rate: int = 16000) -> np.ndarray:
     return (0.3 * np.sin(2 * np.pi * 220 * t)).astype(np.float32)
 
 
+AFTER_GENERATE = None  # tests may set a callback run when a pipeline finishes generating
+
+
 @register_pipeline
 class CumulativeSnapshots(Pipeline):
     """Audex-style code2wav snapshots: growing, with empty and shorter late ones."""
@@ -53,6 +56,8 @@ class CumulativeSnapshots(Pipeline):
         full = _tone(2.0)
         for piece in (full[:0], full[:8000], full[:24000], full, full[:0], full[:4000]):
             yield AudioPiece(piece, 16000)
+        if AFTER_GENERATE is not None:
+            AFTER_GENERATE()
 
 
 @register_pipeline
@@ -103,12 +108,31 @@ def _stereo(seconds: float, rate: int = 16000) -> np.ndarray:
 
 
 def _mp4(frames: int, fps: int, with_audio: bool, audio_share: float = 1.0,
-         height: int = 48, width: int = 64) -> bytes:
+         height: int = 48, width: int = 64, silent: bool = False) -> bytes:
     from omnijobs.media.audio import Audio
     from omnijobs.media.mux import mux_mp4
 
-    audio = Audio(_stereo(frames / fps * audio_share), 16000) if with_audio else None
+    track = _stereo(frames / fps * audio_share) * (0.0 if silent else 1.0)
+    audio = Audio(track, 16000) if with_audio else None
     return mux_mp4(_clip(frames, height, width), fps, audio)
+
+
+def _mpeg4(frames: int, fps: int) -> bytes:
+    """An MP4 whose video is MPEG-4 Part 2, not H.264."""
+    import io
+
+    import av
+
+    buf = io.BytesIO()
+    with av.open(buf, "w", format="mp4") as out:
+        stream = out.add_stream("mpeg4", rate=fps)
+        stream.width, stream.height, stream.pix_fmt = 64, 48, "yuv420p"
+        for i, rgb in enumerate(_clip(frames)):
+            frame = av.VideoFrame.from_ndarray(rgb, format="rgb24")
+            frame.pts = i
+            out.mux(stream.encode(frame))
+        out.mux(stream.encode(None))
+    return buf.getvalue()
 
 
 def _defective(defect: str, req):
@@ -144,6 +168,9 @@ def _defective(defect: str, req):
         "mp4-wrong-size": dict(videos=None, audio=[None] * n,
                                mp4=[_mp4(f, req.fps, True, height=24, width=32)] * n),
         "mp4-short": dict(videos=None, audio=[None] * n, mp4=[_mp4(f - 4, req.fps, True)] * n),
+        "mp4-silent": dict(videos=None, audio=[None] * n,
+                           mp4=[_mp4(f, req.fps, True, silent=True)] * n),
+        "mp4-mpeg4": dict(videos=None, audio=[None] * n, mp4=[_mpeg4(f, req.fps)] * n),
     }
     for key, value in changes.get(defect, {}).items():
         setattr(res, key, value)

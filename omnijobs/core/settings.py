@@ -58,7 +58,7 @@ class Settings(BaseSettings):
     retry_backoff_s: float = Field(default=2.0, ge=0)
     outbox_grace_s: float = Field(default=10.0, ge=0)
     finalize_backlog: int = Field(default=1, ge=0)
-    stale_queued_s: float = Field(default=900.0, gt=0)
+    stale_queued_s: float = Field(default=900.0, ge=1.0)
 
     pipelines: list[str] = ["piper-joe", "reference-t2va"]
     pipeline_modules: list[str] = []

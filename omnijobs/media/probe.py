@@ -70,6 +70,8 @@ class VideoProbe:
     frames: int
     duration_s: float
     audio: AudioProbe | None
+    pix_fmt: str | None = None
+    faststart: bool = False
 
     @property
     def audio_codec(self) -> str | None:
@@ -85,6 +87,7 @@ def probe_video(data: bytes) -> VideoProbe:
             stream = container.streams.video[0]
             frames = sum(1 for p in container.demux(stream) if p.size)
             codec = stream.codec_context.name
+            pix_fmt = stream.codec_context.pix_fmt
             width, height = stream.codec_context.width, stream.codec_context.height
             rate = stream.average_rate or stream.guessed_rate
             fps = float(rate) if rate else 0.0
@@ -94,4 +97,12 @@ def probe_video(data: bytes) -> VideoProbe:
     audio = probe_audio(data, container_format="mp4") if has_audio else None
     duration = frames / fps if fps else 0.0
     return VideoProbe(video_codec=codec, width=width, height=height, fps=fps, frames=frames,
-                      duration_s=duration, audio=audio)
+                      duration_s=duration, audio=audio, pix_fmt=pix_fmt,
+                      faststart=moov_first(data))
+
+
+def moov_first(data: bytes) -> bool:
+    """Faststart: the index (moov) comes before the media data (mdat or fragments)."""
+    moov = data.find(b"moov")
+    media = [i for i in (data.find(b"mdat"), data.find(b"moof")) if i >= 0]
+    return moov >= 0 and (not media or moov < min(media))

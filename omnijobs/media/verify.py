@@ -33,9 +33,7 @@ def verify_encoded_video(probe: VideoProbe, *, frames: int, fps: int, width: int
                          audio_s: float | None, sample_rate: int | None,
                          channels: int | None, silence_rms: float) -> None:
     """The muxed file must hold what was generated, audio included when there was audio."""
-    if probe.video_codec != "h264":
-        raise EncodingFailed(f"video codec is {probe.video_codec}, expected h264",
-                             code="codec_mismatch")
+    check_container(probe)
     if probe.frames != frames:
         raise EncodingFailed(f"muxed {probe.frames} frames, generated {frames}",
                              code="frame_count_mismatch")
@@ -48,12 +46,22 @@ def verify_encoded_video(probe: VideoProbe, *, frames: int, fps: int, width: int
         return
     if probe.audio is None:
         raise EncodingFailed("the muxed file lost its audio track", code="audio_missing")
-    if probe.audio.codec not in ("aac", "aac_fixed"):
-        raise EncodingFailed(f"audio codec is {probe.audio.codec}, expected aac",
-                             code="codec_mismatch")
     verify_encoded_audio(probe.audio, sample_rate=sample_rate, channels=channels,
                          duration_s=audio_s, silence_rms=silence_rms)
     check_encoded_sync(probe)
+
+
+def check_container(probe: VideoProbe) -> None:
+    """What every MP4 we hand out must be: H.264 yuv420p (+ AAC), index first."""
+    if probe.video_codec != "h264" or probe.pix_fmt not in (None, "yuv420p"):
+        raise EncodingFailed(f"video is {probe.video_codec}/{probe.pix_fmt}, expected "
+                             "h264/yuv420p", code="codec_mismatch")
+    if probe.audio is not None and probe.audio.codec not in ("aac", "aac_fixed"):
+        raise EncodingFailed(f"audio codec is {probe.audio.codec}, expected aac",
+                             code="codec_mismatch")
+    if not probe.faststart:
+        raise EncodingFailed("the MP4 index is not at the front (no faststart)",
+                             code="not_faststart")
 
 
 def check_encoded_sync(probe: VideoProbe) -> None:

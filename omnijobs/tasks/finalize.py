@@ -13,7 +13,12 @@ from ..media.encode import FORMATS, encode_audio, target_rate
 from ..media.mux import mux_mp4
 from ..media.probe import probe_audio, probe_video
 from ..media.validate import AudioBounds, validate_audio
-from ..media.verify import check_encoded_sync, verify_encoded_audio, verify_encoded_video
+from ..media.verify import (
+    check_container,
+    check_encoded_sync,
+    verify_encoded_audio,
+    verify_encoded_video,
+)
 from ..media.video import check_rate, check_sync, coerce_fps, even_size, pair_audio, to_fhwc
 from ..pipelines import PipelineSpec, VideoRequest, VideoResult
 from ..storage.objects import ObjectStore, object_key
@@ -108,10 +113,9 @@ def _preencoded_output(store: ObjectStore, guard: Guard, job: JobRecord, index: 
     if probe.frames <= 0 or probe.fps <= 0:
         raise OutputInvalid("pre-encoded video has no frames", code="no_frames")
     fps = coerce_fps(probe.fps)
-    if probe.video_codec != "h264" or (probe.width, probe.height) != (request.width,
-                                                                       request.height):
-        raise EncodingFailed(f"pre-encoded video is {probe.video_codec} "
-                             f"{probe.width}x{probe.height}, expected h264 "
+    check_container(probe)
+    if (probe.width, probe.height) != (request.width, request.height):
+        raise EncodingFailed(f"pre-encoded video is {probe.width}x{probe.height}, expected "
                              f"{request.width}x{request.height}", code="video_mismatch")
     if fps == request.fps and probe.frames != request.frames:
         raise OutputInvalid(f"{probe.frames} frames generated, {request.frames} declared",

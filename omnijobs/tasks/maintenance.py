@@ -58,12 +58,15 @@ def reap_leases(rt: WorkerRuntime, app: Celery) -> int:
 def sweep_stale_queued(rt: WorkerRuntime, app: Celery) -> int:
     swept = 0
     for job in rt.jobs.stale_queued(rt.settings.stale_queued_s):
-        msg = rt.jobs.republish(job, queue_for(job.pipeline))
-        if msg is not None:
-            log.warning("job %s queued since %s: message re-sent", job.id,
-                        job.updated_at.isoformat(), extra={"job_id": job.id})
-            publish_and_mark(app, rt.outbox, msg)
-            swept += 1
+        try:
+            msg = rt.jobs.republish(job, queue_for(job.pipeline))
+            if msg is not None:
+                log.warning("job %s queued since %s: message re-sent", job.id,
+                            job.updated_at.isoformat(), extra={"job_id": job.id})
+                publish_and_mark(app, rt.outbox, msg)
+                swept += 1
+        except Exception:  # one bad row must not stall the others
+            log.exception("could not re-send job %s", job.id, extra={"job_id": job.id})
     return swept
 
 

@@ -17,8 +17,8 @@ from typing import Any
 
 from celery import Celery
 
-from ..core.errors import EngineDead, JobCancelled, JobFailure, OmniJobsError
-from ..core.jobs import JobKind
+from ..core.errors import EngineDead, JobCancelled, JobFailure, OmniJobsError, ServiceUnavailable
+from ..core.jobs import JobKind, JobStatus
 from ..media.audio import AudioAggregator
 from ..pipelines import RunContext, SpeechRequest, VideoRequest, get_spec
 from ..storage.records import JobRecord, OutputRecord
@@ -100,14 +100,19 @@ def finish(rt: WorkerRuntime, app: Celery, job: JobRecord, raw: Any, lease: Leas
 
 
 def complete(rt: WorkerRuntime, job: JobRecord, outputs: list[OutputRecord]) -> bool:
-    """The compare-and-set is idempotent, so a database blip is worth a few retries."""
+    """The compare-and-set is idempotent, so a database blip is worth a few retries; a
+    commit whose reply was lost shows up as our attempt already completed."""
     for delay in (0.5, 1.0, 2.0, None):
         try:
-            return rt.jobs.complete(job.id, job.attempts, outputs)
-        except Exception:
+            if rt.jobs.complete(job.id, job.attempts, outputs):
+                return True
+            now = rt.jobs.get(job.id)
+            return bool(now and now.status is JobStatus.COMPLETED
+                        and now.attempts == job.attempts)
+        except ServiceUnavailable:
             if delay is None:
                 raise
-            log.warning("completing job %s failed; retrying", job.id, exc_info=True,
+            log.warning("completing job %s failed; retrying", job.id,
                         extra={"job_id": job.id})
             time.sleep(delay)
     return False
@@ -148,16 +153,32 @@ def run_job(rt: WorkerRuntime, app: Celery, job_id: str) -> str | Future:
     return rt.finalizer.submit(finish, rt, app, job, raw, lease)
 
 
+START_RETRIES = 20  # about 20 minutes of a database (or runtime) that won't come up
+
+
+def give_up(job_id: str, tries: int, exc: BaseException) -> None:
+    """A render that never got to start: fail the job with that reason if we can."""
+    try:
+        get_runtime().jobs.fail(job_id, "worker_unavailable",
+                                f"the render could not start after {tries} tries "
+                                f"({type(exc).__name__})", from_status=JobStatus.QUEUED)
+    except Exception:
+        log.error("job %s could not start and could not be failed", job_id,
+                  extra={"job_id": job_id})
+
+
 def register(app: Celery) -> None:
     @app.task(name=RENDER_TASK, bind=True, acks_late=True, reject_on_worker_lost=True,
-              ignore_result=True, max_retries=None)
+              ignore_result=True, max_retries=START_RETRIES)
     def render(self, job_id: str) -> str:
         try:
-            rt = get_runtime()
-            result = run_job(rt, app, job_id)
+            result = run_job(get_runtime(), app, job_id)
         except Exception as exc:
             # Failed before the job was claimed (e.g. the database is down): keep the
             # message alive instead of letting Celery acknowledge it into oblivion.
+            if self.request.retries >= self.max_retries:
+                give_up(job_id, self.request.retries + 1, exc)
+                raise
             delay = min(60.0, 2.0 * 2 ** min(self.request.retries, 5))
             log.warning("render %s could not start (%s); retrying in %.0fs", job_id,
                         type(exc).__name__, delay, extra={"job_id": job_id})

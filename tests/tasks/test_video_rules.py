@@ -22,7 +22,8 @@ FAILS = {
     "av-mismatch": "av_duration_mismatch", "no-audio": "no_audio",
     "silent-audio": "silent_audio", "mp4-no-audio": "audio_missing",
     "mp4-half-audio": "av_duration_mismatch", "mp4-wrong-size": "video_mismatch",
-    "mp4-short": "frame_count_mismatch",
+    "mp4-short": "frame_count_mismatch", "mp4-silent": "silent_audio",
+    "mp4-mpeg4": "codec_mismatch",
 }
 
 

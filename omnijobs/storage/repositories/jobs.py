@@ -13,10 +13,10 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import delete, func, select, update
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.exc import IntegrityError, InterfaceError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
-from ...core.errors import MESSAGE_LIMIT
+from ...core.errors import MESSAGE_LIMIT, ServiceUnavailable
 from ...core.jobs import JobKind, JobStatus
 from ..models import Job, Output
 from ..records import JobRecord, NewJob, OutboxRecord, OutputRecord
@@ -153,7 +153,16 @@ class JobRepository:
             return s.execute(self._running(job_id, attempt).values(**values)).rowcount == 1
 
     def complete(self, job_id: str, attempt: int, outputs: list[OutputRecord]) -> bool:
-        """Outputs + running -> completed in one transaction; nothing written if we lost."""
+        """Outputs + running -> completed in one transaction; nothing written if we lost.
+
+        A dropped connection is ServiceUnavailable (retryable): the caller may try again.
+        """
+        try:
+            return self._complete(job_id, attempt, outputs)
+        except (OperationalError, InterfaceError) as exc:
+            raise ServiceUnavailable("database unavailable while completing a job") from exc
+
+    def _complete(self, job_id: str, attempt: int, outputs: list[OutputRecord]) -> bool:
         now = _now()
         with self._sessions.begin() as s:
             res = s.execute(self._running(job_id, attempt).values(

@@ -1,0 +1,149 @@
+"""Recovery paths of the worker: each test fails if its mechanism is removed."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from omnijobs.core.errors import ServiceUnavailable
+from omnijobs.core.jobs import JobStatus
+from omnijobs.pipelines import RunContext, SpeechRequest
+from omnijobs.pipelines.audex import AudexTTS
+from omnijobs.tasks import render as render_module
+from omnijobs.tasks.maintenance import reclaim, sweep_stale_queued
+from omnijobs.tasks.render import run_job
+from tests import fake_pipelines
+
+from .test_render import app, outcome, rt, submit, tenant  # noqa: F401  (fixtures)
+
+
+def test_render_task_retries_then_fails_the_job_with_a_reason(rt, app, tenant,  # noqa: F811
+                                                              monkeypatch):
+    job = submit(rt, tenant, "piper-joe")
+    calls = []
+
+    def broken(*_args):
+        calls.append(1)
+        raise RuntimeError("database went away")
+
+    monkeypatch.setattr(render_module, "get_runtime", lambda: rt)
+    monkeypatch.setattr(render_module, "run_job", broken)
+    task = app.tasks["omnijobs.render"]
+    monkeypatch.setattr(task, "max_retries", 2)
+    result = task.apply(args=[job.id])
+    assert len(calls) == 3  # the first try and two retries
+    assert result.failed()
+    failed = rt.jobs.get(job.id)
+    assert failed.status is JobStatus.FAILED and failed.error_code == "worker_unavailable"
+
+
+def test_complete_survives_a_database_blip(rt, app, tenant, monkeypatch):  # noqa: F811
+    real, blips = rt.jobs.complete, []
+
+    def flaky(*args):
+        if len(blips) < 2:
+            blips.append(1)
+            raise ServiceUnavailable("blip")
+        return real(*args)
+
+    monkeypatch.setattr(rt.jobs, "complete", flaky)
+    monkeypatch.setattr(render_module.time, "sleep", lambda _s: None)
+    job = submit(rt, tenant, "piper-joe")
+    assert outcome(run_job(rt, app, job.id)) == "completed"
+    assert len(blips) == 2 and rt.jobs.get(job.id).status is JobStatus.COMPLETED
+
+
+def test_lease_is_held_until_the_job_is_recorded(rt, app, tenant, monkeypatch):  # noqa: F811
+    real, seen = rt.jobs.complete, []
+
+    def watching(job_id, *args):
+        seen.append(any(t.name == f"lease-{job_id}" for t in threading.enumerate()))
+        return real(job_id, *args)
+
+    monkeypatch.setattr(rt.jobs, "complete", watching)
+    job = submit(rt, tenant, "piper-joe")
+    assert outcome(run_job(rt, app, job.id)) == "completed"
+    assert seen == [True]
+
+
+def test_bookkeeping_failure_on_the_finalize_thread_is_caught(rt, app, tenant,  # noqa: F811
+                                                              monkeypatch, caplog):
+    def broken(*_args):
+        raise RuntimeError("unexpected")
+
+    monkeypatch.setattr(rt.jobs, "complete", broken)
+    job = submit(rt, tenant, "piper-joe")
+    assert outcome(run_job(rt, app, job.id)) == "error"
+    assert any("bookkeeping failed" in r.getMessage() for r in caplog.records)
+
+
+def test_job_cancelled_during_generation_uploads_nothing(rt, app, tenant,  # noqa: F811
+                                                         monkeypatch):
+    """The upload guard heartbeats synchronously: the periodic heartbeat (every 2 s)
+    would not have noticed a cancel made a moment before finalize."""
+    job = submit(rt, tenant, "test-snapshots")
+    monkeypatch.setattr(fake_pipelines, "AFTER_GENERATE",
+                        lambda: rt.jobs.cancel(job.id, tenant))
+    assert outcome(run_job(rt, app, job.id)) == "cancelled"
+    assert not list(rt.settings.objects_dir.rglob(f"*{job.id}*"))
+    assert rt.jobs.get(job.id).status is JobStatus.CANCELLED
+
+
+def test_requeue_resets_progress(rt, tenant):  # noqa: F811
+    job = submit(rt, tenant, "piper-joe")
+    claimed = rt.jobs.claim(job.id, "w", 60)
+    rt.jobs.heartbeat(job.id, claimed.attempts, 60, progress=70)
+    rt.jobs.requeue(job.id, claimed.attempts, queue="q", delay_s=0, code="x", message="y")
+    assert rt.jobs.get(job.id).progress == 0
+
+
+def test_sweep_bumps_and_is_single_winner(rt, app, tenant):  # noqa: F811
+    job = submit(rt, tenant, "piper-joe")
+    rt.settings.stale_queued_s = 1.0
+    time.sleep(1.1)
+    stale = rt.jobs.stale_queued(1.0)
+    assert [j.id for j in stale] == [job.id]
+    assert rt.jobs.republish(stale[0], "q") is not None
+    assert rt.jobs.republish(stale[0], "q") is None  # a second sweeper lost the race
+    assert sweep_stale_queued(rt, app) == 0  # bumped: not stale any more
+    time.sleep(1.1)
+    assert sweep_stale_queued(rt, app) == 1
+
+
+def test_reaper_fail_path_spares_a_live_last_attempt(rt, app, tenant):  # noqa: F811
+    job = submit(rt, tenant, "piper-joe")
+    for _ in range(rt.settings.max_attempts - 1):
+        claimed = rt.jobs.claim(job.id, "w", lease_s=60)
+        rt.jobs.requeue(job.id, claimed.attempts, queue="q", delay_s=0, code="x", message="y")
+    last = rt.jobs.claim(job.id, "w", lease_s=-1)
+    stale_view = rt.jobs.expired_leases()[0]
+    assert stale_view.attempts == last.attempts == rt.settings.max_attempts
+    assert rt.jobs.heartbeat(job.id, last.attempts, lease_s=60)
+    assert reclaim(rt, app, stale_view) is False
+    assert rt.jobs.get(job.id).status is JobStatus.RUNNING
+
+
+FAKE = {"engine_factory": "tests.fake_omni:make_engine",
+        "tokenizer_factory": "tests.fake_omni:make_tokenizer"}
+
+
+def test_engine_silence_timeout_resets_on_every_output():
+    pipeline = AudexTTS({**FAKE, "request_timeout_s": 0.6})
+    pipeline.load()
+    # [slow] spaces outputs 0.4 s apart: about 2 s in all, longer than the timeout
+    pieces = list(pipeline.speech(SpeechRequest(input="[slow] one two three"),
+                                  RunContext("job_s")))
+    assert pieces
+
+
+def test_engine_abort_after_a_cancel_is_a_cancel():
+    from omnijobs.core.errors import JobCancelled
+    from omnijobs.pipelines.omni_bridge import OmniBridge
+    from tests.fake_omni import make_engine
+
+    bridge = OmniBridge(lambda: make_engine("m", "audex_tts.yaml"))
+    with pytest.raises(JobCancelled):
+        list(bridge.stream({"prompt": "[engine-abort] x"}, bridge.default_params(), "r1",
+                           lambda: True))
