@@ -65,11 +65,11 @@ def run_one(name: str, env: dict[str, str], home: Path, gpu: int) -> dict:
     sessions = make_sessionmaker(make_engine(settings.db_url))
     jobs, outbox = JobRepository(sessions), OutboxRepository(sessions)
     tenant, _ = KeyRepository(sessions).create_key("smoke")
-    log = (home / f"{name}.log").open("wb")
     started = time.monotonic()
-    worker = subprocess.Popen([sys.executable, "-m", "omnijobs.cli", "worker", "--pipeline",
-                               name, "--gpu", str(gpu)], env=env, cwd=ROOT, stdout=log,
-                              stderr=subprocess.STDOUT)
+    with (home / f"{name}.log").open("wb") as log:
+        worker = subprocess.Popen([sys.executable, "-m", "omnijobs.cli", "worker",
+                                   "--pipeline", name, "--gpu", str(gpu)], env=env, cwd=ROOT,
+                                  stdout=log, stderr=subprocess.STDOUT)
     try:
         while "ready" not in (home / f"{name}.log").read_text(errors="replace"):
             if worker.poll() is not None:

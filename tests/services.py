@@ -138,8 +138,8 @@ def start_seaweedfs(workdir: Path) -> SeaweedFS:
            f"-filer.port={ports['filer']}", "-s3", f"-s3.port={ports['s3']}",
            f"-s3.config={config}", "-s3.port.iceberg=0", "-s3.port.lance=0",
            "-master.telemetry=false", "-volume.max=100", "-master.volumeSizeLimitMB=64"]
-    log = (workdir / "weed.log").open("wb")
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+    with (workdir / "weed.log").open("wb") as log:  # the child keeps its own descriptor
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
     endpoint = f"http://127.0.0.1:{ports['s3']}"
     sw = SeaweedFS(endpoint=endpoint, proc=proc, workdir=workdir)
 
@@ -180,8 +180,9 @@ class Process:
 
 def spawn(name: str, args: list[str], env: dict[str, str], logdir: Path) -> Process:
     log = logdir / f"{name}.log"
-    proc = subprocess.Popen([sys.executable, "-m", "omnijobs.cli", *args], env=env, cwd=ROOT,
-                            stdout=log.open("wb"), stderr=subprocess.STDOUT)
+    with log.open("wb") as out:  # the child keeps its own descriptor
+        proc = subprocess.Popen([sys.executable, "-m", "omnijobs.cli", *args], env=env,
+                                cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
     return Process(name, proc, log)
 
 

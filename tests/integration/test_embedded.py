@@ -20,9 +20,10 @@ def embedded(tmp_path_factory):
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("OMNIJOBS_")}
     env.update(PYTHONPATH=str(ROOT), OMNIJOBS_SIGNED_URL_TTL_S="3")
-    log = (cwd / "dev.log").open("wb")
-    proc = subprocess.Popen([sys.executable, "-m", "omnijobs.cli", "dev", "--port", str(port)],
-                            cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT)
+    with (cwd / "dev.log").open("wb") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "omnijobs.cli", "dev", "--port",
+                                 str(port)], cwd=cwd, env=env, stdout=log,
+                                stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"
     try:
         wait_until(lambda: httpx.get(f"{base}/readyz").status_code == 200, 90, "omnijobs dev")
