@@ -71,14 +71,14 @@ def sweep_stale_queued(rt: WorkerRuntime, app: Celery) -> int:
 
 
 def register(app: Celery) -> None:
-    @app.task(name="omnijobs.relay_outbox", ignore_result=True)
+    @app.task(name="omnijobs.relay_outbox", shared=False, ignore_result=True)
     def relay() -> int:
         return relay_outbox(get_runtime(), app)
 
-    @app.task(name="omnijobs.reap_leases", ignore_result=True)
+    @app.task(name="omnijobs.reap_leases", shared=False, ignore_result=True)
     def reap() -> int:
         return reap_leases(get_runtime(), app)
 
-    @app.task(name="omnijobs.sweep_queued", ignore_result=True)
+    @app.task(name="omnijobs.sweep_queued", shared=False, ignore_result=True)
     def sweep() -> int:
         return sweep_stale_queued(get_runtime(), app)

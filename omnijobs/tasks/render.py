@@ -168,7 +168,7 @@ def give_up(job_id: str, tries: int, exc: BaseException) -> None:
 
 
 def register(app: Celery) -> None:
-    @app.task(name=RENDER_TASK, bind=True, acks_late=True, reject_on_worker_lost=True,
+    @app.task(name=RENDER_TASK, bind=True, shared=False, acks_late=True, reject_on_worker_lost=True,
               ignore_result=True, max_retries=START_RETRIES)
     def render(self, job_id: str) -> str:
         try:
