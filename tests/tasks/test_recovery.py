@@ -130,9 +130,9 @@ FAKE = {"engine_factory": "tests.fake_omni:make_engine",
 
 
 def test_engine_silence_timeout_resets_on_every_output():
-    pipeline = AudexTTS({**FAKE, "request_timeout_s": 0.6})
+    pipeline = AudexTTS({**FAKE, "request_timeout_s": 1.0})
     pipeline.load()
-    # [slow] spaces outputs 0.4 s apart: about 2 s in all, longer than the timeout
+    # [slow] spaces outputs 0.4 s apart: about 2 s in all, twice the timeout
     pieces = list(pipeline.speech(SpeechRequest(input="[slow] one two three"),
                                   RunContext("job_s")))
     assert pieces
