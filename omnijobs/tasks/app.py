@@ -22,8 +22,10 @@ def broker_options(settings: Settings) -> dict:
         return {"visibility_timeout": 3600}
     folder = settings.broker_folder
     (folder / "processed").mkdir(parents=True, exist_ok=True)
+    (folder / "control").mkdir(parents=True, exist_ok=True)
     return {"data_folder_in": str(folder), "data_folder_out": str(folder),
             "processed_folder": str(folder / "processed"), "store_processed": False,
+            "control_folder": str(folder / "control"),
             "polling_interval": 0.2}
 
 
