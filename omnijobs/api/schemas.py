@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+Item = TypeVar("Item")
 ResponseFormat = Literal["mp3", "opus", "aac", "flac", "wav", "pcm"]
 MAX_METADATA_KEYS = 16
 
@@ -75,12 +76,17 @@ class JobPublic(BaseModel):
     metadata: dict[str, str] | None
 
 
-class JobList(BaseModel):
+class ListPage(BaseModel, Generic[Item]):
+    """OpenAI's cursor-paginated list envelope."""
+
     object: Literal["list"] = "list"
-    data: list[JobPublic]
+    data: list[Item]
     first_id: str | None
     last_id: str | None
     has_more: bool
+
+
+JobList = ListPage[JobPublic]
 
 
 class ModelPublic(BaseModel):
@@ -156,12 +162,7 @@ class VideoPublic(BaseModel):
     metadata: dict[str, str] | None
 
 
-class VideoList(BaseModel):
-    object: Literal["list"] = "list"
-    data: list[VideoPublic]
-    first_id: str | None
-    last_id: str | None
-    has_more: bool
+VideoList = ListPage[VideoPublic]
 
 
 class VideoDeleted(BaseModel):

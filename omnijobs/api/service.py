@@ -14,7 +14,7 @@ from fastapi import Query
 from fastapi.concurrency import run_in_threadpool
 
 from ..core.errors import Conflict, InvalidRequest, NotFound, ServiceUnavailable, clip
-from ..core.jobs import JobKind
+from ..core.jobs import JobKind, JobStatus
 from ..pipelines import PipelineSpec
 from ..storage.records import JobRecord, NewJob
 from .deps import Services
@@ -94,7 +94,7 @@ def job_public(svc: Services, job: JobRecord) -> JobPublic:
         fields = {k: v for k, v in asdict(out).items() if k != "key"}
         outputs.append(OutputPublic(url=url, url_expires_at=expires, **fields))
     error = (JobError(code=job.error_code, message=job.error_message or "")
-             if job.error_code and job.status.value == "failed" else None)
+             if job.error_code and job.status is JobStatus.FAILED else None)
     return JobPublic(
         id=job.id, kind=job.kind.value, model=job.model, status=job.status.value,
         progress=job.progress, attempts=job.attempts, max_attempts=job.max_attempts,

@@ -15,7 +15,16 @@ import numpy as np
 
 from ..core.errors import JobCancelled
 from ..core.jobs import JobKind
-from .base import Pipeline, PipelineSpec, RunContext, VideoLimits, VideoRequest, VideoResult
+from ..media.audio import Audio, AudioAggregator
+from .base import (
+    Pipeline,
+    PipelineSpec,
+    RunContext,
+    SpeechRequest,
+    VideoLimits,
+    VideoRequest,
+    VideoResult,
+)
 from .registry import register_pipeline
 
 FRAME_BATCH = 24
@@ -77,19 +86,20 @@ class ReferenceT2VA(Pipeline):
         self._narrator = PiperJoe()
         self._narrator.load()
 
-    def narrate(self, text: str, seconds: float) -> tuple[np.ndarray, int]:
-        from piper.config import SynthesisConfig
+    def speak(self, text: str, speed: float = 1.0) -> Audio:
+        """The narrator's own speech path (chunks aggregated as for a speech job)."""
+        aggregator = AudioAggregator(self._narrator.spec.audio_mode)
+        for piece in self._narrator.speech(SpeechRequest(input=text, speed=speed),
+                                           RunContext(job_id="narration")):
+            aggregator.add(piece.samples, piece.sample_rate)
+        return aggregator.result()
 
-        voice = self._narrator._voice
-        rate = voice.config.sample_rate
-        chunks = [c.audio_float_array for c in voice.synthesize(text, SynthesisConfig())]
-        speech = np.concatenate(chunks) if chunks else np.zeros(0, np.float32)
-        if speech.size > seconds * rate:  # too long: speak faster, then cut what remains
-            speed = min(4.0, speech.size / (seconds * rate))
-            chunks = [c.audio_float_array for c in voice.synthesize(
-                text, SynthesisConfig(length_scale=1.0 / speed))]
-            speech = np.concatenate(chunks)
-        mono = fit_length(speech.astype(np.float32), round(seconds * rate), rate)
+    def narrate(self, text: str, seconds: float) -> tuple[np.ndarray, int]:
+        speech = self.speak(text)
+        if speech.duration_s > seconds:  # too long: speak faster, then cut what remains
+            speech = self.speak(text, speed=min(4.0, speech.duration_s / seconds))
+        rate = speech.sample_rate
+        mono = fit_length(speech.samples[0], round(seconds * rate), rate)
         return np.stack([mono, mono]), rate
 
     def video(self, request: VideoRequest, ctx: RunContext) -> VideoResult:
