@@ -4,6 +4,13 @@ ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1
 WORKDIR /app
 COPY pyproject.toml README.md ./
 COPY omnijobs ./omnijobs
+COPY api ./api
+COPY tasks ./tasks
+COPY storage ./storage
+COPY migrations ./migrations
+COPY core ./core
+COPY media ./media
+COPY pipelines ./pipelines
 RUN pip install .
 RUN useradd --create-home omnijobs
 USER omnijobs

@@ -49,16 +49,16 @@ def pipeline_options(args: argparse.Namespace) -> dict:
 
 
 def run_one(name: str, env: dict[str, str], home: Path, gpu: int) -> dict:
-    from omnijobs.core.settings import Settings
-    from omnijobs.media.probe import probe_audio, probe_video
-    from omnijobs.media.validate import rms
-    from omnijobs.pipelines import get_spec, import_pipeline_modules
-    from omnijobs.storage.db import make_engine, make_sessionmaker
-    from omnijobs.storage.objects import make_store
-    from omnijobs.storage.records import NewJob
-    from omnijobs.storage.repositories import JobRepository, KeyRepository, OutboxRepository
-    from omnijobs.tasks.app import make_celery
-    from omnijobs.tasks.dispatch import publish_and_mark
+    from core.settings import Settings
+    from media.probe import probe_audio, probe_video
+    from media.validate import rms
+    from pipelines import get_spec, import_pipeline_modules
+    from storage.db import make_engine, make_sessionmaker
+    from storage.objects import make_store
+    from storage.records import NewJob
+    from storage.repositories import JobRepository, KeyRepository, OutboxRepository
+    from tasks.app import make_celery
+    from tasks.dispatch import publish_and_mark
 
     settings = Settings()
     import_pipeline_modules()

@@ -7,9 +7,9 @@ import time
 
 import numpy as np
 
-from omnijobs.core.jobs import JobKind
-from omnijobs.pipelines import Pipeline, PipelineSpec, VideoLimits, VideoResult, register_pipeline
-from omnijobs.pipelines.reference_t2va import render_frames
+from core.jobs import JobKind
+from pipelines import Pipeline, PipelineSpec, VideoLimits, VideoResult, register_pipeline
+from pipelines.reference_t2va import render_frames
 
 GPU_SECONDS = float(os.environ.get("BENCH_GPU_SECONDS", "2.15"))
 SECONDS, WIDTH, HEIGHT, FPS, AUDIO_RATE = 10.125, 448, 256, 24, 32000

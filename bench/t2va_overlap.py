@@ -28,16 +28,16 @@ import tracemalloc
 from datetime import UTC
 from pathlib import Path
 
-from omnijobs.core.settings import Settings
-from omnijobs.pipelines import VideoRequest, get_spec, import_pipeline_modules
-from omnijobs.storage.db import make_engine, make_sessionmaker
-from omnijobs.storage.migrate import upgrade
-from omnijobs.storage.objects import S3Store
-from omnijobs.storage.records import JobRecord, NewJob
-from omnijobs.storage.repositories import JobRepository, KeyRepository, OutboxRepository
-from omnijobs.tasks.app import make_celery
-from omnijobs.tasks.dispatch import publish_and_mark
-from omnijobs.tasks.finalize import finalize_video
+from core.settings import Settings
+from pipelines import VideoRequest, get_spec, import_pipeline_modules
+from storage.db import make_engine, make_sessionmaker
+from storage.migrate import upgrade
+from storage.objects import S3Store
+from storage.records import JobRecord, NewJob
+from storage.repositories import JobRepository, KeyRepository, OutboxRepository
+from tasks.app import make_celery
+from tasks.dispatch import publish_and_mark
+from tasks.finalize import finalize_video
 from tests.services import (
     ROOT,
     create_database,
@@ -103,7 +103,7 @@ def finalize_stats(runs: int) -> dict:
     """In this (fresh) process: finalize one job at a time; time, Python peak, RSS growth."""
     from datetime import datetime
 
-    from omnijobs.core.jobs import JobKind, JobStatus
+    from core.jobs import JobKind, JobStatus
 
     import_pipeline_modules(["bench.pipelines"])
     store, spec = S3Store(Settings()), get_spec("bench-t2va")

@@ -1,3 +1,6 @@
-"""omnijobs: a durable, queue-based job service for generative speech and video."""
+"""omnijobs: the console script (``omnijobs.cli``). The service's code lives in the
+top-level packages ``api``, ``tasks``, ``storage``, ``core``, ``media`` and ``pipelines``."""
 
-__version__ = "0.1.0"
+from importlib.metadata import version
+
+__version__ = version("omnijobs")

@@ -11,7 +11,7 @@ from typing import Annotated
 
 import typer
 
-from .core.settings import Settings
+from core.settings import Settings
 
 cli = typer.Typer(help="omnijobs: durable speech and video jobs.", no_args_is_help=True)
 keys_cli = typer.Typer(help="Manage API keys.", no_args_is_help=True)
@@ -38,7 +38,7 @@ def _logging(level: str = "INFO") -> None:
 @cli.command()
 def migrate() -> None:
     """Bring the database schema up to date (Alembic)."""
-    from .storage.migrate import upgrade
+    from storage.migrate import upgrade
 
     settings = _settings()
     upgrade(settings.db_url)
@@ -49,8 +49,8 @@ def migrate() -> None:
 def keys_create(tenant: Annotated[str, typer.Option(help="Tenant name (created if new)")]
                 ) -> None:
     """Create an API key for TENANT; the key is printed alone on the last line."""
-    from .storage.db import make_engine, make_sessionmaker
-    from .storage.repositories import KeyRepository
+    from storage.db import make_engine, make_sessionmaker
+    from storage.repositories import KeyRepository
 
     settings = _settings()
     tenant_id, key = KeyRepository(make_sessionmaker(make_engine(settings.db_url))).create_key(
@@ -60,9 +60,9 @@ def keys_create(tenant: Annotated[str, typer.Option(help="Tenant name (created i
 
 
 def build_api(settings: Settings):
-    from .api.app import create_app
-    from .tasks.app import make_celery
-    from .tasks.dispatch import publish
+    from api.app import create_app
+    from tasks.app import make_celery
+    from tasks.dispatch import publish
 
     celery = make_celery(settings, with_tasks=False)
 
@@ -117,7 +117,7 @@ def _die_with_parent() -> None:  # pragma: no cover - runs in the child before e
 
 
 def _supervise(args: list[str]) -> int:
-    from .tasks.runtime import RESTART_EXIT
+    from tasks.runtime import RESTART_EXIT
 
     log = logging.getLogger("omnijobs.supervisor")
     child: subprocess.Popen | None = None
@@ -139,10 +139,10 @@ def _supervise(args: list[str]) -> int:
 
 def _run_worker(pipeline: list[str] | None, maintenance: bool, beat: bool,
                 metrics_port: int | None, loglevel: str) -> None:
-    from .pipelines import get_spec
-    from .tasks.app import make_celery
-    from .tasks.dispatch import MAINTENANCE_QUEUE
-    from .tasks.runtime import RESTART_EXIT, get_runtime
+    from pipelines import get_spec
+    from tasks.app import make_celery
+    from tasks.dispatch import MAINTENANCE_QUEUE
+    from tasks.runtime import RESTART_EXIT, get_runtime
 
     _logging(loglevel)
     settings = _settings()
@@ -168,7 +168,7 @@ def _run_worker(pipeline: list[str] | None, maintenance: bool, beat: bool,
 @cli.command()
 def beat(loglevel: str = "INFO") -> None:
     """Run the periodic scheduler (outbox relay, lease reaper)."""
-    from .tasks.app import make_celery
+    from tasks.app import make_celery
 
     settings = _settings()
     make_celery(settings).start(["beat", f"--loglevel={loglevel}", "-s",
@@ -176,8 +176,8 @@ def beat(loglevel: str = "INFO") -> None:
 
 
 def _dev_key(settings: Settings) -> str:
-    from .storage.db import make_engine, make_sessionmaker
-    from .storage.repositories import KeyRepository
+    from storage.db import make_engine, make_sessionmaker
+    from storage.repositories import KeyRepository
 
     keys = KeyRepository(make_sessionmaker(make_engine(settings.db_url)))
     path = settings.home / "dev-api-key"
@@ -194,7 +194,7 @@ def dev(host: str = "127.0.0.1", port: int = 8000) -> None:
     """Embedded mode: SQLite, filesystem broker, local object store, worker + API."""
     import uvicorn
 
-    from .storage.migrate import upgrade
+    from storage.migrate import upgrade
 
     _logging()
     settings = _settings()

@@ -10,7 +10,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from omnijobs.storage.migrate import upgrade
+from storage.migrate import upgrade
 
 from .services import (
     ROOT,

@@ -152,8 +152,8 @@ class FakeOmni:
         fps, rate = 24, 32000
         meta = {"audio": {"sample_rate": rate}, "video": {"fps": fps}}
         if gp.extra_args.get("preencode_mp4"):
-            from omnijobs.media.audio import Audio
-            from omnijobs.media.mux import mux_mp4
+            from media.audio import Audio
+            from media.mux import mux_mp4
 
             clips = [mux_mp4(self._frames(frames, h, w, i), fps,
                              Audio(self._audio_track(frames / fps, rate), rate))

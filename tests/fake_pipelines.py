@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from omnijobs.core.jobs import JobKind
-from omnijobs.pipelines import Pipeline, PipelineSpec, VideoLimits, register_pipeline
-from omnijobs.pipelines.base import OPENAI_VOICES, AudioPiece
+from core.jobs import JobKind
+from pipelines import Pipeline, PipelineSpec, VideoLimits, register_pipeline
+from pipelines.base import OPENAI_VOICES, AudioPiece
 
 
 @register_pipeline
@@ -78,7 +78,7 @@ class Flaky(Pipeline):
                         sample_rate=16000, voices=OPENAI_VOICES)
 
     def speech(self, request, ctx):
-        from omnijobs.core.errors import PipelineFailed
+        from core.errors import PipelineFailed
 
         raise PipelineFailed("engine died (simulated)")
         yield  # pragma: no cover
@@ -109,8 +109,8 @@ def _stereo(seconds: float, rate: int = 16000) -> np.ndarray:
 
 def _mp4(frames: int, fps: int, with_audio: bool, audio_share: float = 1.0,
          height: int = 48, width: int = 64, silent: bool = False) -> bytes:
-    from omnijobs.media.audio import Audio
-    from omnijobs.media.mux import mux_mp4
+    from media.audio import Audio
+    from media.mux import mux_mp4
 
     track = _stereo(frames / fps * audio_share) * (0.0 if silent else 1.0)
     audio = Audio(track, 16000) if with_audio else None
@@ -137,7 +137,7 @@ def _mpeg4(frames: int, fps: int) -> bytes:
 
 def _defective(defect: str, req):
     """The T2VA output shapes real engines produce, each with one defect (or none)."""
-    from omnijobs.pipelines import VideoResult
+    from pipelines import VideoResult
 
     f, n, secs = req.frames, req.n, req.frames / req.fps
     good = np.stack([_clip(f, seed=i) for i in range(n)])
@@ -203,7 +203,7 @@ class SlowVideo(Pipeline):
 
         for step in range(1, 7):
             if ctx.is_cancelled():
-                from omnijobs.core.errors import JobCancelled
+                from core.errors import JobCancelled
 
                 raise JobCancelled("cancelled")
             time.sleep(0.5)

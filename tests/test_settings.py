@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from omnijobs.core.settings import DEFAULT_ALIASES, PLACEHOLDER_SECRETS, Settings
+from core.settings import DEFAULT_ALIASES, PLACEHOLDER_SECRETS, Settings
 
 _MISSING = object()  # leave the field out (its default applies)
 GOOD_SECRET = "a-real-signing-secret-0123456789"

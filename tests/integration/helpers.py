@@ -6,8 +6,8 @@ import time
 
 import httpx
 
-from omnijobs.media.encode import FORMATS
-from omnijobs.media.probe import AudioProbe, probe_audio
+from media.encode import FORMATS
+from media.probe import AudioProbe, probe_audio
 
 TERMINAL = {"completed", "failed", "cancelled"}
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from openai import OpenAI
 
-from omnijobs.media.probe import probe_audio, probe_video
+from media.probe import probe_audio, probe_video
 
 from ..services import spawn, wait_until
 from .helpers import assert_openai_error, wait_job

@@ -9,7 +9,7 @@ import httpx
 import pytest
 from openai import OpenAI
 
-from omnijobs.media.validate import rms
+from media.validate import rms
 
 from .helpers import assert_openai_error, decode, wait_job
 

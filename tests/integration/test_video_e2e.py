@@ -9,7 +9,7 @@ import httpx
 import pytest
 from openai import OpenAI
 
-from omnijobs.media.probe import probe_video
+from media.probe import probe_video
 
 from .helpers import assert_openai_error
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from omnijobs.core.errors import OutputInvalid
-from omnijobs.media.audio import Audio, AudioAggregator, to_channel_first
+from core.errors import OutputInvalid
+from media.audio import Audio, AudioAggregator, to_channel_first
 
 SR = 16000
 MODES = ["cumulative", "incremental"]

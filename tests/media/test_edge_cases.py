@@ -5,12 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from omnijobs.core.errors import EncodingFailed, OutputInvalid
-from omnijobs.media.audio import Audio, AudioAggregator, to_channel_first
-from omnijobs.media.encode import FORMATS, encode_audio
-from omnijobs.media.probe import probe_audio
-from omnijobs.media.validate import AudioBounds, validate_audio
-from omnijobs.media.verify import verify_encoded_audio
+from core.errors import EncodingFailed, OutputInvalid
+from media.audio import Audio, AudioAggregator, to_channel_first
+from media.encode import FORMATS, encode_audio
+from media.probe import probe_audio
+from media.validate import AudioBounds, validate_audio
+from media.verify import verify_encoded_audio
 
 
 @pytest.mark.parametrize("mode", ["incremental", "cumulative"])
@@ -70,7 +70,7 @@ def test_codec_mismatch_is_caught():
 
 
 def test_fps_error_echo_is_clipped():
-    from omnijobs.media.video import coerce_fps
+    from media.video import coerce_fps
 
     with pytest.raises(OutputInvalid) as err:
         coerce_fps("x" * 200)
@@ -78,7 +78,7 @@ def test_fps_error_echo_is_clipped():
 
 
 def test_wide_integer_frames_keep_their_values_or_are_rejected():
-    from omnijobs.media.video import to_fhwc
+    from media.video import to_fhwc
 
     assert np.unique(to_fhwc(np.full((2, 4, 4, 3), 128, np.int64))).tolist() == [128]
     with pytest.raises(OutputInvalid) as err:
@@ -88,7 +88,7 @@ def test_wide_integer_frames_keep_their_values_or_are_rejected():
 
 @pytest.mark.parametrize("rate", [float("nan"), 0, -1, 22050.5, "abc"])
 def test_bad_audio_rates_for_video_are_typed_errors(rate):
-    from omnijobs.media.video import check_sync
+    from media.video import check_sync
 
     with pytest.raises(OutputInvalid) as err:
         check_sync(48, 24, 10, rate)

@@ -8,12 +8,12 @@ import av
 import numpy as np
 import pytest
 
-from omnijobs.core.errors import EncodingFailed
-from omnijobs.media.audio import Audio
-from omnijobs.media.encode import FORMATS, EncodedAudio, encode_audio, target_rate
-from omnijobs.media.probe import AudioProbe, probe_audio
-from omnijobs.media.validate import DEFAULT_SILENCE_RMS, rms
-from omnijobs.media.verify import PADDING_SAMPLES, SLACK_S, verify_encoded_audio
+from core.errors import EncodingFailed
+from media.audio import Audio
+from media.encode import FORMATS, EncodedAudio, encode_audio, target_rate
+from media.probe import AudioProbe, probe_audio
+from media.validate import DEFAULT_SILENCE_RMS, rms
+from media.verify import PADDING_SAMPLES, SLACK_S, verify_encoded_audio
 
 SR = 22050
 SECONDS = 1.5

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from omnijobs.core.errors import OutputInvalid
-from omnijobs.media.audio import Audio
-from omnijobs.media.validate import DEFAULT_SILENCE_RMS, AudioBounds, rms, validate_audio
+from core.errors import OutputInvalid
+from media.audio import Audio
+from media.validate import DEFAULT_SILENCE_RMS, AudioBounds, rms, validate_audio
 
 SR = 16000
 BOUNDS = AudioBounds(min_s=0.05, max_s=10.0)

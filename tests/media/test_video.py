@@ -9,13 +9,13 @@ import av
 import numpy as np
 import pytest
 
-from omnijobs.core.errors import EncodingFailed, OutputInvalid
-from omnijobs.media.audio import Audio
-from omnijobs.media.encode import add_audio_stream, encode_audio, encode_into
-from omnijobs.media.mux import mux_mp4
-from omnijobs.media.probe import VideoProbe, probe_video
-from omnijobs.media.verify import PADDING_SAMPLES, SLACK_S, verify_encoded_video
-from omnijobs.media.video import (
+from core.errors import EncodingFailed, OutputInvalid
+from media.audio import Audio
+from media.encode import add_audio_stream, encode_audio, encode_into
+from media.mux import mux_mp4
+from media.probe import VideoProbe, probe_video
+from media.verify import PADDING_SAMPLES, SLACK_S, verify_encoded_video
+from media.video import (
     ClipTiming,
     check_sync,
     coerce_fps,

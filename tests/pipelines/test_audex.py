@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from omnijobs.core.errors import ConfigurationError, InvalidRequest, JobCancelled
-from omnijobs.core.jobs import JobStatus
-from omnijobs.media.probe import probe_audio
-from omnijobs.pipelines import RunContext, SpeechRequest, get_spec, import_pipeline_modules
-from omnijobs.pipelines.audex import AudexTTA, AudexTTS, audio_pieces, detect_mode, prompt_module
-from omnijobs.tasks.render import run_job
+from core.errors import ConfigurationError, InvalidRequest, JobCancelled
+from core.jobs import JobStatus
+from media.probe import probe_audio
+from pipelines import RunContext, SpeechRequest, get_spec, import_pipeline_modules
+from pipelines.audex import AudexTTA, AudexTTS, audio_pieces, detect_mode, prompt_module
+from tasks.render import run_job
 from tests.fake_omni import DEPLOYS, FakeOmni, FakeTokenizer
 
 from ..tasks.test_render import app, outcome, rt, submit, tenant  # noqa: F401  (fixtures)
@@ -32,7 +32,7 @@ def loaded(cls, **options):
     ("audex_thinker_only.yaml", "text")])
 def test_mode_comes_from_the_stage_set(deploy, mode):
     engine = FakeOmni("any/model-name-tta", deploy)  # the name must not matter
-    from omnijobs.pipelines.omni_bridge import stage_names
+    from pipelines.omni_bridge import stage_names
 
     assert stage_names(engine) == set(DEPLOYS[deploy])
     assert detect_mode(stage_names(engine)) == mode
@@ -239,7 +239,7 @@ def test_consumer_giving_up_aborts_the_engine_request():
 
 
 def test_engine_side_abort_is_a_retryable_failure_not_a_cancel():
-    from omnijobs.core.errors import PipelineFailed
+    from core.errors import PipelineFailed
 
     pipeline = loaded(AudexTTS)
     with pytest.raises(PipelineFailed) as err:
@@ -248,7 +248,7 @@ def test_engine_side_abort_is_a_retryable_failure_not_a_cancel():
 
 
 def test_silent_engine_counts_as_dead_after_the_timeout():
-    from omnijobs.core.errors import EngineDead
+    from core.errors import EngineDead
 
     pipeline = loaded(AudexTTS, request_timeout_s=0.6)
     with pytest.raises(EngineDead):

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from omnijobs.core.errors import JobCancelled
-from omnijobs.media.audio import AudioAggregator
-from omnijobs.media.validate import AudioBounds, validate_audio
-from omnijobs.pipelines import RunContext, SpeechRequest
-from omnijobs.pipelines.piper_tts import PiperJoe
+from core.errors import JobCancelled
+from media.audio import AudioAggregator
+from media.validate import AudioBounds, validate_audio
+from pipelines import RunContext, SpeechRequest
+from pipelines.piper_tts import PiperJoe
 
 TEXT = "The first sentence is here. The second one follows. And a third."
 

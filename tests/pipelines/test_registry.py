@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from omnijobs.core.errors import InvalidRequest, ModelNotFound
-from omnijobs.core.jobs import JobKind
-from omnijobs.core.settings import DEFAULT_ALIASES
-from omnijobs.pipelines import (
+from core.errors import InvalidRequest, ModelNotFound
+from core.jobs import JobKind
+from core.settings import DEFAULT_ALIASES
+from pipelines import (
     Pipeline,
     PipelineSpec,
     SpeechRequest,
@@ -21,7 +21,7 @@ from omnijobs.pipelines import (
     resolve_model,
 )
 
-PKG = Path(__file__).resolve().parents[2] / "omnijobs"
+ROOT = Path(__file__).resolve().parents[2]
 
 import_pipeline_modules()
 
@@ -62,8 +62,8 @@ def test_piper_accepts_openai_voices_and_default():
 
 
 def test_api_and_pipeline_specs_import_without_heavy_libraries():
-    code = ("import sys, omnijobs.pipelines as p; p.import_pipeline_modules();"
-            "import omnijobs.api.app;"
+    code = ("import sys, pipelines as p; p.import_pipeline_modules();"
+            "import api.app, omnijobs.cli;"
             "heavy = {'torch', 'vllm', 'vllm_omni', 'onnxruntime', 'piper'} & set(sys.modules);"
             "assert not heavy, heavy")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
@@ -78,12 +78,14 @@ ALLOWED = {
     "pipelines": {"media", "core"},
     "api": {"storage", "pipelines", "core"},
     "tasks": {"pipelines", "media", "storage", "core"},
+    "omnijobs": {"api", "tasks", "pipelines", "media", "storage", "core"},
 }
+PACKAGES = set(ALLOWED)
 
 
 def _our_imports(path: Path) -> set[str]:
-    """Top-level omnijobs subpackages that a module imports (relative imports resolved)."""
-    module = ["omnijobs", *path.relative_to(PKG).with_suffix("").parts]
+    """Our top-level packages that a module imports (relative imports resolved)."""
+    module = list(path.relative_to(ROOT).with_suffix("").parts)
     base = module[:-1]  # the package a relative import starts from
     found = set()
     for node in ast.walk(ast.parse(path.read_text())):
@@ -98,24 +100,27 @@ def _our_imports(path: Path) -> set[str]:
             names = [a.name.split(".") for a in node.names]
         else:
             continue
-        found |= {n[1] for n in names if len(n) > 1 and n[0] == "omnijobs"}
-    packages = {p.name for p in PKG.iterdir() if p.is_dir()} | {"cli"}
-    return (found & packages) - {module[1]}
+        found |= {n[0] for n in names if n}
+    return (found & PACKAGES) - {module[0]}
 
 
 @pytest.mark.parametrize("package", sorted(ALLOWED))
 def test_imports_point_one_way(package):
     bad = {}
-    for path in (PKG / package).rglob("*.py"):
+    for path in (ROOT / package).rglob("*.py"):
         extra = _our_imports(path) - ALLOWED[package]
         if extra:
-            bad[str(path.relative_to(PKG))] = sorted(extra)
+            bad[str(path.relative_to(ROOT))] = sorted(extra)
     assert not bad, bad
 
 
 def test_nothing_but_the_cli_imports_api_or_tasks():
-    for path in PKG.rglob("*.py"):
-        top = path.relative_to(PKG).parts[0]
-        if top in ("api", "tasks", "cli.py"):
-            continue
-        assert not _our_imports(path) & {"api", "tasks"}, path
+    for package in PACKAGES - {"api", "tasks", "omnijobs"}:
+        for path in (ROOT / package).rglob("*.py"):
+            assert not _our_imports(path) & {"api", "tasks", "omnijobs"}, path
+
+
+def test_the_entry_point_package_holds_only_the_entry_point():
+    assert sorted(p.name for p in (ROOT / "omnijobs").glob("*.py")) == ["__init__.py", "cli.py"]
+    assert not [p for p in (ROOT / "omnijobs").iterdir() if p.is_dir()
+                and p.name != "__pycache__"]

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from omnijobs.core.errors import InvalidRequest
-from omnijobs.media.probe import probe_video
-from omnijobs.pipelines import RunContext, VideoRequest, get_spec, import_pipeline_modules
-from omnijobs.pipelines.t2va import MiniMaxH3
-from omnijobs.tasks.render import run_job
+from core.errors import InvalidRequest
+from media.probe import probe_video
+from pipelines import RunContext, VideoRequest, get_spec, import_pipeline_modules
+from pipelines.t2va import MiniMaxH3
+from tasks.render import run_job
 
 from ..tasks.test_render import app, outcome, rt, submit, tenant  # noqa: F401  (fixtures)
 

@@ -12,12 +12,12 @@ import pytest
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
-from omnijobs.core.errors import MESSAGE_LIMIT
-from omnijobs.core.jobs import JobKind, JobStatus
-from omnijobs.storage.db import make_engine, make_sessionmaker
-from omnijobs.storage.models import Job, OutboxMessage, Output
-from omnijobs.storage.records import JobRecord, NewJob, OutputRecord
-from omnijobs.storage.repositories import JobRepository, KeyRepository, OutboxRepository
+from core.errors import MESSAGE_LIMIT
+from core.jobs import JobKind, JobStatus
+from storage.db import make_engine, make_sessionmaker
+from storage.models import Job, OutboxMessage, Output
+from storage.records import JobRecord, NewJob, OutputRecord
+from storage.repositories import JobRepository, KeyRepository, OutboxRepository
 
 QUEUE = "render-test"
 

@@ -10,10 +10,10 @@ import pytest
 from sqlalchemy import select, text, update
 from sqlalchemy.orm import Session, sessionmaker
 
-from omnijobs.storage.db import make_engine, make_sessionmaker
-from omnijobs.storage.models import ApiKey, Tenant
-from omnijobs.storage.repositories import KeyRepository
-from omnijobs.storage.repositories.keys import KEY_PREFIX, hash_key
+from storage.db import make_engine, make_sessionmaker
+from storage.models import ApiKey, Tenant
+from storage.repositories import KeyRepository
+from storage.repositories.keys import KEY_PREFIX, hash_key
 
 
 @pytest.fixture

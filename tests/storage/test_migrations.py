@@ -9,8 +9,8 @@ import pytest
 from alembic.script import ScriptDirectory
 from sqlalchemy import inspect, text
 
-from omnijobs.storage.db import make_engine
-from omnijobs.storage.migrate import alembic_config, downgrade, upgrade
+from storage.db import make_engine
+from storage.migrate import alembic_config, downgrade, upgrade
 
 from ..services import create_database, drop_database
 

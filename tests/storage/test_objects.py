@@ -11,9 +11,9 @@ from urllib.parse import parse_qs, urlsplit
 import httpx
 import pytest
 
-from omnijobs.core.errors import NotFound, SignatureInvalid, StorageFailed
-from omnijobs.core.settings import Settings
-from omnijobs.storage.objects import CHUNK, LocalStore, S3Store, make_store
+from core.errors import NotFound, SignatureInvalid, StorageFailed
+from core.settings import Settings
+from storage.objects import CHUNK, LocalStore, S3Store, make_store
 
 from ..services import free_port
 

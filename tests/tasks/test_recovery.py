@@ -7,13 +7,13 @@ import time
 
 import pytest
 
-from omnijobs.core.errors import ServiceUnavailable
-from omnijobs.core.jobs import JobStatus
-from omnijobs.pipelines import RunContext, SpeechRequest
-from omnijobs.pipelines.audex import AudexTTS
-from omnijobs.tasks import render as render_module
-from omnijobs.tasks.maintenance import reclaim, sweep_stale_queued
-from omnijobs.tasks.render import run_job
+from core.errors import ServiceUnavailable
+from core.jobs import JobStatus
+from pipelines import RunContext, SpeechRequest
+from pipelines.audex import AudexTTS
+from tasks import render as render_module
+from tasks.maintenance import reclaim, sweep_stale_queued
+from tasks.render import run_job
 from tests import fake_pipelines
 
 from .test_render import app, outcome, rt, submit, tenant  # noqa: F401  (fixtures)
@@ -139,8 +139,8 @@ def test_engine_silence_timeout_resets_on_every_output():
 
 
 def test_engine_abort_after_a_cancel_is_a_cancel():
-    from omnijobs.core.errors import JobCancelled
-    from omnijobs.pipelines.omni_bridge import OmniBridge
+    from core.errors import JobCancelled
+    from pipelines.omni_bridge import OmniBridge
     from tests.fake_omni import make_engine
 
     bridge = OmniBridge(lambda: make_engine("m", "audex_tts.yaml"))

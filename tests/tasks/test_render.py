@@ -6,16 +6,16 @@ from concurrent.futures import Future
 
 import pytest
 
-from omnijobs.core.jobs import JobStatus
-from omnijobs.core.settings import Settings
-from omnijobs.media.probe import probe_audio
-from omnijobs.pipelines import get_spec
-from omnijobs.storage.records import NewJob
-from omnijobs.storage.repositories import KeyRepository
-from omnijobs.tasks.app import make_celery
-from omnijobs.tasks.maintenance import reap_leases, relay_outbox
-from omnijobs.tasks.render import run_job
-from omnijobs.tasks.runtime import WorkerRuntime
+from core.jobs import JobStatus
+from core.settings import Settings
+from media.probe import probe_audio
+from pipelines import get_spec
+from storage.records import NewJob
+from storage.repositories import KeyRepository
+from tasks.app import make_celery
+from tasks.maintenance import reap_leases, relay_outbox
+from tasks.render import run_job
+from tasks.runtime import WorkerRuntime
 
 
 def outcome(result: str | Future) -> str:
@@ -43,7 +43,7 @@ def app(rt):
 
 @pytest.fixture
 def tenant(rt):
-    from omnijobs.storage.db import make_engine, make_sessionmaker
+    from storage.db import make_engine, make_sessionmaker
 
     return KeyRepository(make_sessionmaker(make_engine(rt.settings.db_url))).create_key("t")[0]
 
@@ -131,7 +131,7 @@ def test_relay_publishes_unpublished_messages(rt, app, tenant):
 
 
 def test_sweep_republishes_stale_queued_jobs_once(rt, app, tenant):
-    from omnijobs.tasks.maintenance import sweep_stale_queued
+    from tasks.maintenance import sweep_stale_queued
 
     job = submit(rt, tenant, "piper-joe")
     relay_outbox(rt, app)  # the original message went out (and, say, got lost)
@@ -146,7 +146,7 @@ def test_sweep_republishes_stale_queued_jobs_once(rt, app, tenant):
 
 
 def test_reaper_spares_a_job_whose_heartbeat_won_the_race(rt, app, tenant):
-    from omnijobs.tasks.maintenance import reclaim
+    from tasks.maintenance import reclaim
 
     job = submit(rt, tenant, "piper-joe")
     claimed = rt.jobs.claim(job.id, "w", lease_s=-1)

@@ -6,10 +6,10 @@ import hashlib
 
 import pytest
 
-from omnijobs.core.jobs import JobStatus
-from omnijobs.media.probe import probe_video
-from omnijobs.tasks import finalize as finalize_module
-from omnijobs.tasks.render import run_job
+from core.jobs import JobStatus
+from media.probe import probe_video
+from tasks import finalize as finalize_module
+from tasks.render import run_job
 
 from .test_render import app, outcome, rt, submit, tenant  # noqa: F401  (fixtures)
 

@@ -1,0 +1,39 @@
+"""FastAPI app factory. The composition root (cli.py) hands in the publisher, so the
+API never imports the Celery tasks (and never torch or vllm)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from importlib.metadata import version
+
+from fastapi import FastAPI
+
+from core.settings import Settings
+from pipelines import import_pipeline_modules
+from storage.db import make_engine, make_sessionmaker, ping
+from storage.objects import make_store
+from storage.repositories import JobRepository, KeyRepository, OutboxRepository
+
+from .deps import Publisher, Services
+from .errors import install_error_handlers
+from .routes import files, health, jobs, models, speech, videos
+
+
+def create_app(settings: Settings, publish: Publisher,
+               broker_check: Callable[[], None] | None = None) -> FastAPI:
+    import_pipeline_modules(settings.pipeline_modules)
+    engine = make_engine(settings.db_url)
+    sessions = make_sessionmaker(engine)
+    store = make_store(settings)
+
+    checks = {"database": lambda: ping(engine), "storage": store.check}
+    if broker_check is not None:
+        checks["broker"] = broker_check
+    app = FastAPI(title="omnijobs", version=version("omnijobs"))
+    app.state.services = Services(
+        settings=settings, jobs=JobRepository(sessions), keys=KeyRepository(sessions),
+        outbox=OutboxRepository(sessions), store=store, publish=publish, ready_checks=checks)
+    install_error_handlers(app)
+    for module in (speech, videos, jobs, models, files, health):
+        app.include_router(module.router)
+    return app

@@ -1,0 +1,58 @@
+"""The one place where errors become HTTP responses, in OpenAI's error shape."""
+
+from __future__ import annotations
+
+import logging
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from core.errors import OmniJobsError, clip
+
+log = logging.getLogger(__name__)
+
+
+def error_body(message: str, type_: str, code: str | None, param: str | None = None) -> dict:
+    return {"error": {"message": message, "type": type_, "param": param, "code": code}}
+
+
+def _validation_message(exc: RequestValidationError) -> tuple[str, str | None]:
+    err = exc.errors()[0]
+    loc = [str(p) for p in err.get("loc", ()) if p not in ("body", "query", "path", "header")]
+    param = ".".join(loc) or None
+    msg = err.get("msg", "invalid value")
+    if err.get("type") == "json_invalid":
+        return "request body is not valid JSON", None
+    if err.get("type") == "missing":
+        return f"missing required parameter '{clip(param)}'", clip(param) if param else None
+    if "input" in err and err.get("type") not in ("string_too_long",):
+        msg = f"{msg} (got {clip(err['input'])})"
+    return (f"invalid '{clip(param)}': {msg}" if param else msg), clip(param) if param else None
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(OmniJobsError)
+    async def _omni(_req: Request, exc: OmniJobsError) -> JSONResponse:
+        headers = {"x-should-retry": "true" if exc.retryable else "false"}
+        return JSONResponse(error_body(exc.message, exc.error_type, exc.code, exc.param),
+                            status_code=exc.http_status, headers=headers)
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(_req: Request, exc: RequestValidationError) -> JSONResponse:
+        message, param = _validation_message(exc)
+        return JSONResponse(error_body(message, "invalid_request_error", "invalid_request",
+                                       param), status_code=400)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(_req: Request, exc: StarletteHTTPException) -> JSONResponse:
+        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
+        return JSONResponse(error_body(str(exc.detail), "invalid_request_error", code),
+                            status_code=exc.status_code, headers=exc.headers)
+
+    @app.exception_handler(Exception)
+    async def _unexpected(_req: Request, exc: Exception) -> JSONResponse:
+        log.exception("unhandled error")
+        return JSONResponse(error_body("internal server error", "server_error",
+                                       "internal_error"), status_code=500)

@@ -1,0 +1,54 @@
+"""``/v1/jobs``: the job-native view of every kind of job."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Depends, Query
+from fastapi.responses import StreamingResponse
+
+from core.errors import Conflict, NotFound
+from core.jobs import JobKind, JobStatus
+
+from ..deps import Services, services, tenant_id
+from ..schemas import JobList, JobPublic
+from ..service import Page, get_job, job_public, list_page
+
+router = APIRouter(prefix="/v1/jobs")
+
+
+@router.get("", response_model=JobList)
+def list_jobs(page: Page = Depends(), status: JobStatus | None = None,
+              kind: JobKind | None = None, svc: Services = Depends(services),
+              tenant: str = Depends(tenant_id)) -> JobList:
+    return JobList(**list_page(svc, tenant, page, job_public, status=status, kind=kind))
+
+
+@router.get("/{job_id}", response_model=JobPublic)
+def retrieve_job(job_id: str, svc: Services = Depends(services),
+                 tenant: str = Depends(tenant_id)) -> JobPublic:
+    return job_public(svc, get_job(svc, tenant, job_id))
+
+
+@router.post("/{job_id}/cancel", response_model=JobPublic)
+def cancel_job(job_id: str, svc: Services = Depends(services),
+               tenant: str = Depends(tenant_id)) -> JobPublic:
+    get_job(svc, tenant, job_id)
+    return job_public(svc, svc.jobs.cancel(job_id, tenant))
+
+
+def stream_output(svc: Services, job, index: int) -> StreamingResponse:
+    if job.status is not JobStatus.COMPLETED:
+        raise Conflict(f"job {job.id} is {job.status.value}; content exists once it is "
+                       "completed", code="job_not_completed")
+    out = next((o for o in job.outputs if o.index == index), None)
+    if out is None:
+        raise NotFound(f"job {job.id} has no output {index}", param="index")
+    return StreamingResponse(svc.store.stream(out.key), media_type=out.content_type,
+                             headers={"Content-Length": str(out.bytes),
+                                      "X-Content-SHA256": out.sha256})
+
+
+@router.get("/{job_id}/content")
+def job_content(job_id: str, index: int = Query(default=0, ge=0, le=64),
+                svc: Services = Depends(services),
+                tenant: str = Depends(tenant_id)) -> StreamingResponse:
+    return stream_output(svc, get_job(svc, tenant, job_id), index)

@@ -1,0 +1,149 @@
+"""``/v1/videos``: OpenAI Videos-compatible create, retrieve, list, delete, content."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Depends, Header, Query, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, StreamingResponse
+from pydantic import ValidationError
+from starlette.datastructures import UploadFile
+
+from core.errors import InvalidRequest, NotFound, clip
+from core.jobs import JobKind, JobStatus
+from pipelines import PipelineSpec, VideoRequest, all_specs, resolve_model
+from storage.objects import object_key
+
+from ..deps import Services, services, tenant_id
+from ..schemas import VideoCreate, VideoDeleted, VideoList, VideoPublic
+from ..service import Page, get_job, job_public, list_page, submit
+from .jobs import stream_output
+
+router = APIRouter(prefix="/v1/videos")
+
+STATUS = {JobStatus.RUNNING: "in_progress"}
+POLL_AFTER_MS = "500"
+
+
+async def read_body(request: Request) -> dict:
+    """JSON or multipart/form-data (what the OpenAI SDK sends)."""
+    ctype = request.headers.get("content-type", "")
+    if ctype.startswith(("multipart/form-data", "application/x-www-form-urlencoded")):
+        form = await request.form()
+        if any(isinstance(v, UploadFile) for v in form.values()):
+            raise InvalidRequest("file inputs (input_reference) are not supported",
+                                 param="input_reference", code="unsupported_parameter")
+        return {k: v for k, v in form.items() if v != ""}
+    try:
+        body = await request.json()
+    except (ValueError, RecursionError):
+        raise InvalidRequest("request body is not valid JSON") from None
+    if not isinstance(body, dict):
+        raise InvalidRequest("request body must be a JSON object")
+    return body
+
+
+def pick_spec(svc: Services, model: str | None) -> PipelineSpec:
+    if model is None:
+        spec = next((s for s in all_specs(svc.settings.pipelines) if s.video), None)
+        if spec is None:
+            raise InvalidRequest("no video model is enabled here", param="model",
+                                 code="model_not_found")
+        return spec
+    spec = resolve_model(model, svc.settings.pipelines, svc.settings.model_aliases)
+    if spec.video is None:
+        raise InvalidRequest(f"model '{clip(model)}' does not generate video", param="model",
+                             code="unsupported_model")
+    return spec
+
+
+def video_request(spec: PipelineSpec, body: VideoCreate) -> dict:
+    lim = spec.video
+    if len(body.prompt) > spec.max_input_chars:
+        raise InvalidRequest(f"prompt is {len(body.prompt)} characters; at most "
+                             f"{spec.max_input_chars}", param="prompt", code="input_too_long")
+    fps = body.fps if body.fps is not None else lim.default_fps
+    if fps != round(fps):
+        raise InvalidRequest("fps must be a whole number", param="fps")
+    request = {
+        "prompt": body.prompt,
+        "seconds": body.seconds if body.seconds is not None else lim.default_seconds,
+        "size": body.size or lim.default_size, "fps": int(fps), "n": body.n,
+        "seed": body.seed, "negative_prompt": body.negative_prompt,
+        "generate_audio": lim.makes_audio if body.generate_audio is None
+        else body.generate_audio,
+        "guidance_scale": body.guidance_scale,
+    }
+    spec.validate_video(VideoRequest.from_dict(request))
+    return request
+
+
+def video_public(svc: Services, job) -> VideoPublic:
+    pub = job_public(svc, job)
+    req = job.request
+    rates = {o.sample_rate for o in job.outputs}
+    return VideoPublic(
+        id=job.id, model=job.model, status=STATUS.get(job.status, job.status.value),
+        progress=job.progress, created_at=pub.created_at, completed_at=pub.completed_at,
+        expires_at=None, size=req["size"], seconds=f"{float(req['seconds']):g}",
+        prompt=req["prompt"], fps=float(req["fps"]), n=int(req.get("n", 1)),
+        audio_sample_rate=rates.pop() if len(rates) == 1 else None, error=pub.error,
+        outputs=pub.outputs, metadata=job.metadata)
+
+
+@router.post("", response_model=VideoPublic)
+async def create_video(request: Request, svc: Services = Depends(services),
+                       tenant: str = Depends(tenant_id),
+                       idempotency_key: str | None = Header(default=None)) -> JSONResponse:
+    raw = await read_body(request)
+    try:
+        body = VideoCreate.model_validate(raw)
+    except ValidationError as exc:
+        raise RequestValidationError(exc.errors()) from None
+    spec = pick_spec(svc, body.model)
+    fields = video_request(spec, body)
+    job = await run_in_threadpool(submit, svc, tenant=tenant, spec=spec,
+                                  model=body.model or spec.models[0], request=fields,
+                                  metadata=body.metadata, idempotency_key=idempotency_key)
+    return JSONResponse(video_public(svc, job).model_dump(),
+                        headers={"openai-poll-after-ms": POLL_AFTER_MS})
+
+
+@router.get("", response_model=VideoList)
+def list_videos(page: Page = Depends(), svc: Services = Depends(services),
+                tenant: str = Depends(tenant_id)) -> VideoList:
+    return VideoList(**list_page(svc, tenant, page, video_public, kind=JobKind.VIDEO))
+
+
+@router.get("/{video_id}", response_model=VideoPublic)
+def retrieve_video(video_id: str, svc: Services = Depends(services),
+                   tenant: str = Depends(tenant_id)) -> JSONResponse:
+    job = get_job(svc, tenant, video_id, JobKind.VIDEO)
+    return JSONResponse(video_public(svc, job).model_dump(),
+                        headers={"openai-poll-after-ms": POLL_AFTER_MS})
+
+
+@router.delete("/{video_id}", response_model=VideoDeleted)
+def delete_video(video_id: str, svc: Services = Depends(services),
+                 tenant: str = Depends(tenant_id)) -> VideoDeleted:
+    """Cancel first if still queued or running, then remove the objects and the record."""
+    job = get_job(svc, tenant, video_id, JobKind.VIDEO)
+    if not job.status.terminal:
+        job = svc.jobs.cancel(job.id, tenant)
+    keys = {o.key for o in job.outputs} | {
+        object_key(job.tenant_id, job.id, i, "mp4") for i in range(int(job.request.get("n", 1)))}
+    svc.store.delete(sorted(keys))
+    if not svc.jobs.delete(job.id, tenant):
+        raise NotFound(f"no video with id '{clip(video_id)}'", param="id")
+    return VideoDeleted(id=job.id)
+
+
+@router.get("/{video_id}/content")
+def video_content(video_id: str, variant: str = Query(default="video", max_length=32),
+                  index: int = Query(default=0, ge=0, le=3),
+                  svc: Services = Depends(services),
+                  tenant: str = Depends(tenant_id)) -> StreamingResponse:
+    if variant != "video":
+        raise InvalidRequest(f"variant '{clip(variant)}' is not available; only 'video'",
+                             param="variant", code="unsupported_variant")
+    return stream_output(svc, get_job(svc, tenant, video_id, JobKind.VIDEO), index)

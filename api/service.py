@@ -1,0 +1,122 @@
+"""Submit, wait and present jobs: the logic shared by the speech and job routes."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import Any, Literal
+
+from fastapi import Query
+from fastapi.concurrency import run_in_threadpool
+
+from core.errors import Conflict, InvalidRequest, NotFound, ServiceUnavailable, clip
+from core.jobs import JobKind, JobStatus
+from pipelines import PipelineSpec
+from storage.records import JobRecord, NewJob
+
+from .deps import Services
+from .metrics import JOBS_SUBMITTED, PUBLISH_DEFERRED
+from .schemas import JobError, JobPublic, OutputPublic
+
+log = logging.getLogger(__name__)
+
+POLL_S = 0.1
+POLL_MAX_S = 1.0
+_WAIT = re.compile(r"(?:^|[,;\s])wait\s*=\s*(\d+(?:\.\d+)?)", re.I)
+
+
+def submit(svc: Services, *, tenant: str, spec: PipelineSpec, model: str, request: dict,
+           metadata: dict | None, idempotency_key: str | None) -> JobRecord:
+    """Insert the job with its outbox message, then try to publish right away."""
+    if idempotency_key is not None and not 1 <= len(idempotency_key) <= 255:
+        raise InvalidRequest("Idempotency-Key must be 1 to 255 characters",
+                             param="Idempotency-Key")
+    new = NewJob(tenant_id=tenant, kind=spec.kind, model=model, pipeline=spec.name,
+                 queue=spec.queue, request=request, metadata=metadata,
+                 max_attempts=svc.settings.max_attempts, idempotency_key=idempotency_key)
+    try:
+        job, msg = svc.jobs.create(new)
+    except Exception as exc:
+        raise ServiceUnavailable("database unavailable; job not accepted") from exc
+    if msg is None and (job.kind, job.pipeline, job.request) != (spec.kind, spec.name, request):
+        raise Conflict("Idempotency-Key was already used for a different request",
+                       param="Idempotency-Key", code="idempotency_key_reused")
+    if msg is not None:
+        JOBS_SUBMITTED.labels(spec.kind.value, model).inc()
+        try:
+            svc.publish(msg)
+            svc.outbox.mark_published([msg.id])
+        except Exception:  # the relay publishes it later; the job is already safe
+            PUBLISH_DEFERRED.inc()
+            log.warning("publish failed for %s; left to the outbox relay", job.id,
+                        extra={"job_id": job.id})
+    return job
+
+
+def parse_prefer(header: str | None, default_s: float, max_s: float) -> float | None:
+    """Seconds to wait for completion, or None for ``respond-async``."""
+    if header and "respond-async" in header.lower():
+        return None
+    match = _WAIT.search(header or "")
+    wait = float(match.group(1)) if match else default_s
+    return min(wait, max_s)
+
+
+async def wait_for(svc: Services, job: JobRecord, timeout_s: float) -> JobRecord:
+    deadline = time.monotonic() + timeout_s
+    delay = POLL_S
+    while not job.status.terminal and time.monotonic() < deadline:
+        await asyncio.sleep(min(delay, max(0.0, deadline - time.monotonic())))
+        delay = min(delay * 1.5, POLL_MAX_S)
+        job = await run_in_threadpool(svc.jobs.get, job.id, job.tenant_id) or job
+    return job
+
+
+def get_job(svc: Services, tenant: str, job_id: str, kind: JobKind | None = None) -> JobRecord:
+    job = svc.jobs.get(job_id, tenant)
+    if job is None or (kind is not None and job.kind is not kind):
+        raise NotFound(f"no job with id '{clip(job_id)}'", param="id")
+    return job
+
+
+def _ts(value) -> int | None:
+    return int(value.timestamp()) if value is not None else None
+
+
+def job_public(svc: Services, job: JobRecord) -> JobPublic:
+    ttl = svc.settings.signed_url_ttl_s
+    outputs = []
+    for out in job.outputs:
+        url, expires = svc.store.signed_url(out.key, ttl)
+        fields = {k: v for k, v in asdict(out).items() if k != "key"}
+        outputs.append(OutputPublic(url=url, url_expires_at=expires, **fields))
+    error = (JobError(code=job.error_code, message=job.error_message or "")
+             if job.error_code and job.status is JobStatus.FAILED else None)
+    return JobPublic(
+        id=job.id, kind=job.kind.value, model=job.model, status=job.status.value,
+        progress=job.progress, attempts=job.attempts, max_attempts=job.max_attempts,
+        created_at=_ts(job.created_at), started_at=_ts(job.started_at),
+        completed_at=_ts(job.completed_at), error=error, outputs=outputs,
+        metadata=job.metadata)
+
+
+@dataclass
+class Page:
+    """Cursor pagination parameters, shared by every list route."""
+
+    after: str | None = Query(default=None, max_length=64)
+    limit: int = Query(default=20, ge=1, le=100)
+    order: Literal["asc", "desc"] = Query(default="desc")
+
+
+def list_page(svc: Services, tenant: str, page: Page, present: Callable[[Services, Any], Any],
+              **filters: Any) -> dict:
+    jobs, has_more = svc.jobs.list(tenant, after=page.after, limit=page.limit,
+                                   order=page.order, **filters)
+    data = [present(svc, j) for j in jobs]
+    return {"data": data, "first_id": data[0].id if data else None,
+            "last_id": data[-1].id if data else None, "has_more": has_more}

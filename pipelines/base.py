@@ -1,0 +1,235 @@
+"""The pipeline contract: a light spec (importable by the API) and a runtime (worker only)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import numpy as np
+
+from core.errors import InvalidRequest, clip
+from core.jobs import JobKind
+from media.audio import AudioMode
+from media.validate import AudioBounds
+
+OPENAI_VOICES = frozenset({"alloy", "ash", "ballad", "coral", "echo", "fable", "nova", "onyx",
+                           "sage", "shimmer", "verse", "marin", "cedar"})
+
+
+def queue_for(pipeline: str) -> str:
+    """The broker queue of a pipeline: only workers serving it consume from it."""
+    return "pipeline." + re.sub(r"[^A-Za-z0-9_.-]", "-", pipeline)
+
+
+@dataclass(frozen=True)
+class SpeechRequest:
+    """A speech job's request as the worker sees it (already validated at submit)."""
+
+    input: str
+    voice: str | None = None
+    response_format: str = "mp3"
+    speed: float = 1.0
+    instructions: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> SpeechRequest:
+        known = {k: data[k] for k in ("input", "voice", "response_format", "speed",
+                                      "instructions") if k in data}
+        extra = {k: v for k, v in data.items() if k not in known}
+        return cls(**known, extra=extra)
+
+
+@dataclass(frozen=True)
+class VideoRequest:
+    """A video job's request as the worker sees it (validated at submit)."""
+
+    prompt: str
+    seconds: float
+    width: int
+    height: int
+    fps: int
+    n: int = 1
+    seed: int | None = None
+    negative_prompt: str | None = None
+    generate_audio: bool = True
+    guidance_scale: float | None = None
+
+    @property
+    def frames(self) -> int:
+        return max(1, round(self.seconds * self.fps))
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> VideoRequest:
+        width, height = (int(v) for v in data["size"].split("x"))
+        return cls(prompt=data["prompt"], seconds=float(data["seconds"]), width=width,
+                   height=height, fps=int(data["fps"]), n=int(data.get("n", 1)),
+                   seed=data.get("seed"), negative_prompt=data.get("negative_prompt"),
+                   generate_audio=bool(data.get("generate_audio", True)),
+                   guidance_scale=data.get("guidance_scale"))
+
+
+@dataclass
+class VideoResult:
+    """What a T2VA stage hands back, in any of the shapes vLLM-Omni produces.
+
+    ``videos``: one (F, H, W, 3)-like array per output (or a (B, F, ...) batch);
+    ``audio``: None, one (C, N) track, a (B, C, N) batch or a list with one entry per
+    video; or ``mp4``: pre-encoded files (audio already inside, ``audio`` then None).
+    """
+
+    fps: float
+    videos: Any = None
+    audio: Any = None
+    audio_sample_rate: int | None = None
+    mp4: list[bytes] | None = None
+
+
+@dataclass(frozen=True)
+class VideoLimits:
+    max_seconds: float = 20.0
+    max_width: int = 1920
+    max_height: int = 1920
+    max_fps: int = 60
+    max_n: int = 4
+    default_size: str = "448x256"
+    default_seconds: float = 4.0
+    default_fps: int = 24
+    makes_audio: bool = True
+    aspect_ratios: tuple[tuple[int, int], ...] | None = None  # None: any
+    max_raw_bytes: int = 2 * 2**30  # n x frames x H x W x 3 held in memory for finalize
+
+
+@dataclass(frozen=True)
+class PipelineSpec:
+    """What a pipeline serves and accepts; everything the API needs to validate a job."""
+
+    name: str
+    kind: JobKind
+    models: tuple[str, ...]
+    description: str = ""
+    audio_mode: AudioMode = "incremental"
+    sample_rate: int | None = None
+    channels: int = 1
+    max_input_chars: int = 4096
+    audio_bounds: AudioBounds = AudioBounds()
+    voices: frozenset[str] | None = None  # None: the pipeline takes no voice at all
+    supports_instructions: bool = False
+    extra_fields: frozenset[str] = frozenset()  # pipeline-specific request fields accepted
+    numeric_fields: tuple[tuple[str, float, float], ...] = ()  # (field, min, max), inclusive
+    reserved_fields: frozenset[str] = frozenset()  # set by the service, never by callers
+    supports_speed: bool = True
+    video: VideoLimits | None = None
+
+    @property
+    def queue(self) -> str:
+        return queue_for(self.name)
+
+    def validate_speech(self, req: SpeechRequest) -> None:
+        """Raise InvalidRequest for anything this pipeline cannot honour."""
+        if len(req.input) > self.max_input_chars:
+            raise InvalidRequest(f"input is {len(req.input)} characters; {self.name} accepts "
+                                 f"at most {self.max_input_chars}", param="input",
+                                 code="input_too_long")
+        voice = (req.voice or "").strip()
+        if voice and voice.lower() != "default" and (
+                self.voices is None or voice.lower() not in self.voices):
+            raise InvalidRequest(f"voice '{clip(voice)}' is not available for model "
+                                 f"'{clip(self.models[0])}'", param="voice",
+                                 code="unsupported_voice")
+        if req.instructions and not self.supports_instructions:
+            raise InvalidRequest(f"instructions are not supported by '{clip(self.models[0])}'",
+                                 param="instructions", code="unsupported_parameter")
+        if req.speed != 1.0 and not self.supports_speed:
+            raise InvalidRequest(f"speed is not supported by '{clip(self.models[0])}'",
+                                 param="speed", code="unsupported_parameter")
+        self._validate_extra(req.extra)
+
+    def _validate_extra(self, extra: dict[str, Any]) -> None:
+        reserved = sorted(set(extra) & self.reserved_fields)
+        if reserved:
+            raise InvalidRequest(f"'{clip(reserved[0])}' is set by the service and may not be "
+                                 "sent", param=clip(reserved[0]), code="reserved_parameter")
+        for name, low, high in self.numeric_fields:
+            if name in extra:
+                value = extra[name]
+                if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
+                        low <= value <= high):
+                    raise InvalidRequest(f"{name} must be a number in [{low:g}, {high:g}] "
+                                         f"(got {clip(value)})", param=name)
+        unknown = set(extra) - self.extra_fields
+        if unknown:
+            name = sorted(unknown)[0]
+            raise InvalidRequest(f"unrecognised parameter '{clip(name)}' for "
+                                 f"'{clip(self.models[0])}'", param=clip(name),
+                                 code="unsupported_parameter")
+
+
+    def validate_video(self, req: VideoRequest) -> None:
+        """Raise InvalidRequest for a clip this pipeline cannot make."""
+        lim = self.video
+        if lim is None:
+            raise InvalidRequest(f"'{clip(self.models[0])}' does not generate video",
+                                 param="model", code="unsupported_model")
+        checks = [
+            (0 < req.seconds <= lim.max_seconds, "seconds",
+             f"seconds must be in (0, {lim.max_seconds}]"),
+            (0 < req.width <= lim.max_width and 0 < req.height <= lim.max_height, "size",
+             f"size must be at most {lim.max_width}x{lim.max_height}"),
+            (req.width % 2 == 0 and req.height % 2 == 0, "size",
+             "width and height must be even (H.264 yuv420p)"),
+            (1 <= req.fps <= lim.max_fps, "fps", f"fps must be in [1, {lim.max_fps}]"),
+            (1 <= req.n <= lim.max_n, "n", f"n must be in [1, {lim.max_n}]"),
+            (lim.makes_audio or not req.generate_audio, "generate_audio",
+             f"'{clip(self.models[0])}' does not generate audio"),
+            (req.n * req.frames * req.width * req.height * 3 <= lim.max_raw_bytes, "size",
+             f"n x frames x size is too large: at most {lim.max_raw_bytes / 2**30:g} GiB "
+             "of raw frames per job"),
+            (lim.aspect_ratios is None or any(
+                abs(req.width / max(req.height, 1) - w / h) <= 0.02 * w / h
+                for w, h in lim.aspect_ratios), "size",
+             "size must have one of the aspect ratios " + ", ".join(
+                 f"{w}:{h}" for w, h in lim.aspect_ratios or ())),
+        ]
+        for ok, param, message in checks:
+            if not ok:
+                raise InvalidRequest(message, param=param)
+
+
+@dataclass
+class RunContext:
+    """Given to a running pipeline: report progress, notice cancellation."""
+
+    job_id: str
+    report_progress: Callable[[float], None] = lambda _fraction: None
+    is_cancelled: Callable[[], bool] = lambda: False
+
+
+@dataclass(frozen=True)
+class AudioPiece:
+    samples: np.ndarray
+    sample_rate: int
+
+
+class Pipeline:
+    """Base for backends. ``load`` runs once per worker process, before any job.
+
+    ``options`` come from ``OMNIJOBS_PIPELINE_OPTIONS[<name>]`` (model path, deploy
+    config, engine arguments); each backend documents the keys it reads.
+    """
+
+    spec: ClassVar[PipelineSpec]
+
+    def __init__(self, options: dict[str, Any] | None = None) -> None:
+        self.options = dict(options or {})
+
+    def load(self) -> None:
+        """Import heavy libraries and load weights. Default: nothing to load."""
+
+    def speech(self, request: SpeechRequest, ctx: RunContext) -> Iterator[AudioPiece]:
+        raise NotImplementedError(f"{self.spec.name} does not generate speech")
+
+    def video(self, request: VideoRequest, ctx: RunContext) -> VideoResult:
+        raise NotImplementedError(f"{self.spec.name} does not generate video")

@@ -1,0 +1,191 @@
+"""Drive a vLLM-Omni ``AsyncOmni`` engine from the worker's synchronous task code.
+
+The engine lives on its own asyncio loop thread for the life of the worker process;
+a job streams the engine's outputs through a queue, and a cancelled job aborts its
+engine request. Nothing here imports torch or vllm until an engine is built.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import importlib
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+
+from core.errors import ConfigurationError, EngineDead, JobCancelled, PipelineFailed
+
+POLL_S = 0.25
+ABORT_TIMEOUT_S = 10.0
+
+
+def import_object(path: str) -> Any:
+    """``"package.module:attr"`` -> the object (engine and tokenizer factories)."""
+    module, _, attr = path.partition(":")
+    try:
+        return getattr(importlib.import_module(module), attr)
+    except (ImportError, AttributeError) as exc:
+        raise ConfigurationError(f"cannot import {path} ({type(exc).__name__})") from exc
+
+
+def build_async_omni(model: str, deploy_config: str | None = None, **kwargs: Any) -> Any:
+    """The production engine: ``vllm_omni.AsyncOmni(model, deploy_config=...)``."""
+    from vllm_omni import AsyncOmni
+
+    if deploy_config is not None:
+        kwargs["deploy_config"] = deploy_config
+    return AsyncOmni(model, **kwargs)
+
+
+def output_kind(name: str) -> Any:
+    """vLLM's RequestOutputKind member; its name where vllm is absent (CPU test installs)."""
+    try:
+        from vllm.sampling_params import RequestOutputKind
+    except ImportError:
+        return name
+    return getattr(RequestOutputKind, name)
+
+
+def to_array(value: Any) -> np.ndarray:
+    """A torch tensor (any device) or array-like -> numpy, dtype kept (frames stay uint8)."""
+    if hasattr(value, "detach"):
+        value = value.detach().cpu().numpy()
+    return np.asarray(value)
+
+
+def to_numpy(value: Any) -> np.ndarray:
+    """A torch tensor (any device/dtype) or array-like -> float32 numpy (audio)."""
+    if hasattr(value, "detach"):
+        value = value.detach().float()
+    return to_array(value).astype(np.float32, copy=False)
+
+
+def scalar(value: Any) -> Any:
+    """``sr`` arrives as an int, a 0-d tensor, or a list of those (take the last)."""
+    if isinstance(value, (list, tuple)):
+        value = value[-1] if value else None
+    return value.item() if hasattr(value, "item") else value
+
+
+def stage_names(engine: Any) -> set[str]:
+    """The ``model_stage`` of every stage, read as vLLM-Omni's own serving code does."""
+    names = set()
+    for stage in getattr(engine, "stage_configs", None) or []:
+        cfg = getattr(stage, "stage_pipeline_config", None)
+        name = getattr(cfg, "model_stage", None) or getattr(
+            getattr(stage, "engine_args", None), "model_stage", None)
+        if name:
+            names.add(str(name))
+    return names
+
+
+def is_dead(engine: Any, exc: BaseException) -> bool:
+    return bool(getattr(engine, "errored", False)) or "EngineDead" in type(exc).__name__
+
+
+class OmniBridge:
+    def __init__(self, factory: Callable[[], Any]) -> None:
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="omni-loop",
+                                        daemon=True)
+        self._thread.start()
+
+        async def build() -> Any:  # engines start background tasks on the running loop
+            return factory()
+
+        self.engine = self._run(build())
+
+    def _run(self, coro, timeout: float | None = None) -> Any:
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
+
+    @property
+    def stages(self) -> set[str]:
+        return stage_names(self.engine)
+
+    def default_params(self) -> list[Any]:
+        """A private deep copy: requests mutate params, including nested extra_args."""
+        return copy.deepcopy(list(self.engine.default_sampling_params_list))
+
+    def abort(self, request_id: str) -> None:
+        try:
+            self._run(self.engine.abort(request_id), timeout=ABORT_TIMEOUT_S)
+        except Exception:  # the request may already be gone; the job stops either way
+            pass
+
+    def _start(self, prompt: Any, params: list[Any], request_id: str,
+               output_modalities: list[str] | None) -> queue.Queue:
+        items: queue.Queue = queue.Queue()
+
+        async def pump() -> None:
+            try:
+                async for out in self.engine.generate(
+                        prompt, request_id=request_id, sampling_params_list=params,
+                        output_modalities=output_modalities):
+                    items.put(("out", out))
+                items.put(("end", None))
+            except BaseException as exc:  # noqa: BLE001 - handed to the consumer
+                items.put(("error", exc))
+
+        asyncio.run_coroutine_threadsafe(pump(), self._loop)
+        return items
+
+    @staticmethod
+    def _cancel(request_id: str, is_cancelled: Callable[[], bool]) -> None:
+        if is_cancelled():  # the caller's ``finally`` aborts the engine request
+            raise JobCancelled("job was cancelled")
+
+    def _translate(self, exc: BaseException) -> PipelineFailed:
+        if is_dead(self.engine, exc):
+            return EngineDead(f"inference engine died: {type(exc).__name__}")
+        return PipelineFailed(f"engine request failed: {type(exc).__name__}")
+
+    def stream(self, prompt: Any, params: list[Any], request_id: str,
+               is_cancelled: Callable[[], bool], output_modalities: list[str] | None = None,
+               timeout_s: float | None = None) -> Iterator[Any]:
+        """Yield the engine's outputs.
+
+        The engine request is aborted whenever this stops early: the job was cancelled,
+        the consumer gave up (e.g. invalid output), or the engine went silent for longer
+        than ``timeout_s``, which is treated as a hung engine (the process restarts).
+        """
+        items = self._start(prompt, params, request_id, output_modalities)
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        done = False
+        try:
+            while True:
+                try:
+                    kind, value = items.get(timeout=POLL_S)
+                except queue.Empty:
+                    self._cancel(request_id, is_cancelled)
+                    if deadline is not None and time.monotonic() > deadline:
+                        raise EngineDead(
+                            f"engine produced nothing for {timeout_s:.0f} s") from None
+                    continue
+                if kind != "out":
+                    done = True
+                    if kind == "error":
+                        raise self._translate(value) from value
+                    return
+                if getattr(value, "finished", False) and finish_reason(value) == "abort":
+                    done = True
+                    if is_cancelled():
+                        raise JobCancelled("job was cancelled")
+                    raise PipelineFailed("the engine aborted the request")
+                yield value
+                done = done or bool(getattr(value, "finished", False))
+                if timeout_s is not None:
+                    deadline = time.monotonic() + timeout_s
+                self._cancel(request_id, is_cancelled)
+        finally:
+            if not done:
+                self.abort(request_id)
+
+
+def finish_reason(output: Any) -> str | None:
+    outs = getattr(output, "outputs", None) or []
+    return getattr(outs[0], "finish_reason", None) if outs else None

@@ -1,0 +1,118 @@
+"""Text-to-video-with-audio diffusion models (MiniMax-H3 class) through vLLM-Omni.
+
+Options (``OMNIJOBS_PIPELINE_OPTIONS[<name>]``): ``model``, ``deploy_config`` (default
+``minimax_h3_disaggregated.yaml``), ``engine_kwargs``, ``engine_factory``, and
+``preencode_mp4`` (ask the engine for finished MP4s; they are probed and uploaded as
+is). The request becomes a prompt plus a deep copy of the engine's diffusion
+sampling defaults; the output (frames, (B, C, N) audio, fps, audio sample rate, or
+pre-encoded MP4 bytes with ``audio: [None]``) goes to the shared video finalize path.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from core.errors import PipelineFailed
+from core.jobs import JobKind
+
+from .base import Pipeline, PipelineSpec, RunContext, VideoLimits, VideoRequest, VideoResult
+from .omni_bridge import OmniBridge, import_object, scalar, to_array, to_numpy
+from .registry import register_pipeline
+
+ENGINE_FACTORY = "pipelines.omni_bridge:build_async_omni"
+H3_RATIOS = ((21, 9), (16, 9), (4, 3), (1, 1), (3, 4), (9, 16))
+
+
+def diffusion_params(params: list[Any]) -> Any:
+    """The stage's diffusion sampling params (the one with ``num_outputs_per_prompt``)."""
+    for p in params:
+        if hasattr(p, "num_outputs_per_prompt"):
+            return p
+    raise PipelineFailed("engine has no diffusion stage", retryable=False)
+
+
+def apply_request(gp: Any, request: VideoRequest, preencode: bool) -> None:
+    gp.width, gp.height = request.width, request.height
+    gp.num_frames = request.frames
+    gp.fps, gp.frame_rate = request.fps, float(request.fps)
+    gp.num_outputs_per_prompt = request.n
+    if request.seed is not None:
+        gp.seed = request.seed
+    if request.guidance_scale is not None:
+        gp.guidance_scale = request.guidance_scale
+    gp.extra_args = dict(getattr(gp, "extra_args", None) or {})
+    gp.extra_args.update(duration=float(request.seconds), generate_sound=request.generate_audio)
+    if preencode:
+        gp.extra_args["preencode_mp4"] = True
+
+
+def _first(mapping: Any, *keys: str) -> Any:
+    for key in keys:
+        value = mapping.get(key) if mapping else None
+        if value is not None:
+            return value
+    return None
+
+
+def video_result(out: Any, request: VideoRequest) -> VideoResult:
+    """Read frames/audio/fps/rate the way vLLM-Omni's video server does."""
+    mm = out.multimodal_output or {}
+    meta = mm.get("metadata") or {}
+    images = getattr(out, "images", None)
+    if images is None or len(images) == 0:
+        images = mm.get("video")
+    if images is None or len(images) == 0:
+        raise PipelineFailed("engine returned no video", retryable=False)
+    fps = scalar(_first(mm, "fps") or (meta.get("video") or {}).get("fps")) or request.fps
+    rate = scalar(_first(mm, "audio_sample_rate", "sample_rate", "sampling_rate", "sr")
+                  or (meta.get("audio") or {}).get("sample_rate"))
+    audio = mm.get("audio")
+    if isinstance(audio, (list, tuple)):
+        audio = [None if a is None else to_numpy(a) for a in audio]
+    elif audio is not None:
+        audio = to_numpy(audio)
+    if isinstance(images, (list, tuple)) and all(isinstance(v, (bytes, bytearray))
+                                                 for v in images):
+        return VideoResult(fps=float(fps), mp4=[bytes(v) for v in images], audio=audio,
+                           audio_sample_rate=rate)
+    videos = to_array(images) if hasattr(images, "shape") else [to_array(v) for v in images]
+    return VideoResult(fps=float(fps), videos=videos, audio=audio, audio_sample_rate=rate)
+
+
+@register_pipeline
+class MiniMaxH3(Pipeline):
+    spec = PipelineSpec(
+        name="minimax-h3", kind=JobKind.VIDEO, models=("MiniMaxAI/MiniMax-H3", "minimax-h3"),
+        description="MiniMax-H3 text-to-video-with-audio on vLLM-Omni (GPU)",
+        sample_rate=32000, channels=2, max_input_chars=4000,
+        video=VideoLimits(max_seconds=20.0, max_width=1920, max_height=1920, max_fps=60,
+                          max_n=4, default_size="1280x720", default_seconds=5.0,
+                          default_fps=24, makes_audio=True, aspect_ratios=H3_RATIOS))
+
+    def load(self) -> None:
+        model = self.options.get("model", self.spec.models[0])
+        deploy = self.options.get("deploy_config", "minimax_h3_disaggregated.yaml")
+        factory = import_object(self.options.get("engine_factory", ENGINE_FACTORY))
+        kwargs = self.options.get("engine_kwargs", {})
+        self._bridge = OmniBridge(lambda: factory(model, deploy, **kwargs))
+        self._preencode = bool(self.options.get("preencode_mp4", False))
+        warm = VideoRequest(prompt="warm up", seconds=1.0, width=448, height=256, fps=24)
+        self.video(warm, RunContext(job_id="warmup"))
+
+    def video(self, request: VideoRequest, ctx: RunContext) -> VideoResult:
+        params = self._bridge.default_params()
+        apply_request(diffusion_params(params), request, self._preencode)
+        prompt: dict[str, Any] = {"prompt": request.prompt, "modalities": ["video"]}
+        if request.negative_prompt:
+            prompt["negative_prompt"] = request.negative_prompt
+        request_id = f"{ctx.job_id}-{uuid.uuid4().hex[:8]}"
+        last = None
+        timeout = float(self.options.get("request_timeout_s", 1800))
+        for out in self._bridge.stream(prompt, params, request_id, ctx.is_cancelled,
+                                       timeout_s=timeout):
+            last = out  # only the final output matters; drop the rest as they come
+        if last is None:
+            raise PipelineFailed("engine finished without output")
+        ctx.report_progress(1.0)
+        return video_result(last, request)

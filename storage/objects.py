@@ -1,0 +1,188 @@
+"""Object stores: S3-compatible (boto3) for production, local disk for the embedded mode.
+
+Both hand out expiring signed URLs. S3 presigns with SigV4 (against the public
+endpoint when clients reach the store by another address than the workers do); the
+local store signs ``/v1/files/<key>`` with HMAC-SHA256 and the API verifies and serves.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import logging
+import os
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Protocol
+from urllib.parse import quote, urlencode
+
+from core.errors import NotFound, SignatureInvalid, StorageFailed
+from core.settings import Settings
+
+log = logging.getLogger(__name__)
+
+CHUNK = 1 << 20
+
+
+def object_key(tenant_id: str, job_id: str, index: int, extension: str) -> str:
+    """Deterministic per (job, output index): a retry overwrites instead of duplicating."""
+    return f"{tenant_id}/{job_id}/{index}.{extension}"
+
+
+class ObjectStore(Protocol):
+    def put(self, key: str, data: bytes, content_type: str) -> None: ...
+    def get(self, key: str) -> bytes: ...
+    def stream(self, key: str) -> Iterator[bytes]: ...
+    def delete(self, keys: list[str]) -> None: ...
+    def signed_url(self, key: str, ttl_s: int) -> tuple[str, int]: ...
+    def check(self) -> None: ...
+
+
+class LocalStore:
+    """Files under a directory; URLs signed with the service's signing secret."""
+
+    def __init__(self, root: Path, base_url: str, secret: str) -> None:
+        self.root = root
+        self.base_url = base_url.rstrip("/")
+        self._secret = secret.encode()
+        root.mkdir(parents=True, exist_ok=True)
+
+    def _path(self, key: str) -> Path:
+        path = (self.root / key).resolve()
+        if self.root.resolve() not in path.parents:
+            raise NotFound("object not found")
+        return path
+
+    def put(self, key: str, data: bytes, content_type: str) -> None:
+        path = self._path(key)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # Write then rename: a reader never sees half an object.
+        try:
+            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".part-")
+            try:
+                with os.fdopen(fd, "wb") as f:
+                    f.write(data)
+                os.replace(tmp, path)
+            except BaseException:
+                Path(tmp).unlink(missing_ok=True)
+                raise
+        except OSError as exc:
+            raise StorageFailed(f"local store write failed: {exc.strerror}") from exc
+
+    def get(self, key: str) -> bytes:
+        try:
+            return self._path(key).read_bytes()
+        except FileNotFoundError as exc:
+            raise NotFound("object not found") from exc
+
+    def stream(self, key: str) -> Iterator[bytes]:
+        path = self._path(key)
+        if not path.is_file():
+            raise NotFound("object not found")
+
+        def chunks() -> Iterator[bytes]:
+            with path.open("rb") as f:
+                while block := f.read(CHUNK):
+                    yield block
+        return chunks()
+
+    def delete(self, keys: list[str]) -> None:
+        for key in keys:
+            self._path(key).unlink(missing_ok=True)
+
+    def _sign(self, key: str, expires: int) -> str:
+        return hmac.new(self._secret, f"{key}\n{expires}".encode(), hashlib.sha256).hexdigest()
+
+    def signed_url(self, key: str, ttl_s: int) -> tuple[str, int]:
+        expires = int(time.time()) + ttl_s
+        query = urlencode({"expires": expires, "signature": self._sign(key, expires)})
+        return f"{self.base_url}/v1/files/{quote(key)}?{query}", expires
+
+    def verify(self, key: str, expires: int, signature: str) -> None:
+        if not hmac.compare_digest(self._sign(key, expires), signature):
+            raise SignatureInvalid("signature does not match")
+        if expires < time.time():
+            raise SignatureInvalid("signed URL has expired", code="signature_expired")
+
+    def check(self) -> None:
+        if not os.access(self.root, os.W_OK):
+            raise StorageFailed("object directory is not writable")
+
+
+class S3Store:
+    """An S3-compatible bucket. botocore errors become StorageFailed (retryable)."""
+
+    def __init__(self, settings: Settings) -> None:
+        import boto3
+        from botocore.config import Config
+
+        common = dict(
+            aws_access_key_id=settings.s3_access_key_id,
+            aws_secret_access_key=settings.s3_secret_access_key,
+            region_name=settings.s3_region,
+            config=Config(signature_version="s3v4",
+                          s3={"addressing_style": settings.s3_addressing_style},
+                          retries={"max_attempts": 3, "mode": "standard"}),
+        )
+        self.bucket = settings.s3_bucket
+        self._client = boto3.client("s3", endpoint_url=settings.s3_endpoint_url, **common)
+        public = settings.s3_public_endpoint_url or settings.s3_endpoint_url
+        self._presigner = boto3.client("s3", endpoint_url=public, **common)
+        if settings.s3_create_bucket:
+            try:
+                self.ensure_bucket()
+            except StorageFailed:  # S3 briefly down: start anyway; /readyz reports it
+                log.warning("object store unreachable at start-up; bucket not checked")
+
+    def _call(self, what: str, fn, **kwargs):
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        try:
+            return fn(Bucket=self.bucket, **kwargs)
+        except ClientError as exc:
+            code = exc.response.get("Error", {}).get("Code", "")
+            if code in ("NoSuchKey", "404", "NotFound"):
+                raise NotFound("object not found") from exc
+            raise StorageFailed(f"object store {what} failed: {code or 'error'}") from exc
+        except BotoCoreError as exc:
+            raise StorageFailed(f"object store {what} failed: {type(exc).__name__}") from exc
+
+    def ensure_bucket(self) -> None:
+        try:
+            self._call("head_bucket", self._client.head_bucket)
+        except (NotFound, StorageFailed):
+            try:
+                self._call("create_bucket", self._client.create_bucket)
+            except StorageFailed:
+                self._call("head_bucket", self._client.head_bucket)
+
+    def put(self, key: str, data: bytes, content_type: str) -> None:
+        self._call("put", self._client.put_object, Key=key, Body=data, ContentType=content_type)
+
+    def get(self, key: str) -> bytes:
+        return self._call("get", self._client.get_object, Key=key)["Body"].read()
+
+    def stream(self, key: str) -> Iterator[bytes]:
+        body = self._call("get", self._client.get_object, Key=key)["Body"]
+        return body.iter_chunks(CHUNK)
+
+    def delete(self, keys: list[str]) -> None:
+        if keys:
+            self._call("delete", self._client.delete_objects,
+                       Delete={"Objects": [{"Key": k} for k in keys], "Quiet": True})
+
+    def signed_url(self, key: str, ttl_s: int) -> tuple[str, int]:
+        url = self._presigner.generate_presigned_url(
+            "get_object", Params={"Bucket": self.bucket, "Key": key}, ExpiresIn=ttl_s)
+        return url, int(time.time()) + ttl_s
+
+    def check(self) -> None:
+        self._call("head_bucket", self._client.head_bucket)
+
+
+def make_store(settings: Settings) -> ObjectStore:
+    if settings.object_store == "s3":
+        return S3Store(settings)
+    return LocalStore(settings.objects_dir, settings.public_base_url, settings.signing_secret)

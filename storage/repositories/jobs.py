@@ -1,0 +1,259 @@
+"""Jobs and their outputs. Every status change is one compare-and-set UPDATE here.
+
+``WHERE id = ? AND status = ?`` (plus the attempt number for a worker's writes) means
+a second worker, a late duplicate message or a worker whose lease was reclaimed
+loses the race and changes nothing.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import asdict
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from sqlalchemy import delete, func, select, update
+from sqlalchemy.exc import IntegrityError, InterfaceError, OperationalError
+from sqlalchemy.orm import Session, sessionmaker
+
+from core.errors import MESSAGE_LIMIT, ServiceUnavailable
+from core.jobs import JobKind, JobStatus
+
+from ..models import Job, Output
+from ..records import JobRecord, NewJob, OutboxRecord, OutputRecord
+from .outbox import _record as outbox_record
+from .outbox import add_message
+
+ID_PREFIX = {JobKind.SPEECH: "job_", JobKind.VIDEO: "video_"}
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def _record(j: Job) -> JobRecord:
+    return JobRecord(
+        id=j.id, tenant_id=j.tenant_id, kind=JobKind(j.kind), model=j.model,
+        pipeline=j.pipeline, status=JobStatus(j.status), progress=j.progress,
+        request=dict(j.request), metadata=j.metadata_, attempts=j.attempts,
+        max_attempts=j.max_attempts, error_code=j.error_code, error_message=j.error_message,
+        created_at=j.created_at, updated_at=j.updated_at, started_at=j.started_at,
+        completed_at=j.completed_at, lease_expires_at=j.lease_expires_at,
+        idempotency_key=j.idempotency_key,
+        outputs=tuple(OutputRecord(
+            index=o.index, key=o.key, content_type=o.content_type, bytes=o.bytes,
+            sha256=o.sha256, duration_s=o.duration_s, sample_rate=o.sample_rate,
+            channels=o.channels, width=o.width, height=o.height, fps=o.fps, frames=o.frames)
+            for o in j.outputs),
+    )
+
+
+class JobRepository:
+    def __init__(self, sessions: sessionmaker[Session]) -> None:
+        self._sessions = sessions
+
+    # ---- submit and read -------------------------------------------------------------
+
+    def create(self, new: NewJob) -> tuple[JobRecord, OutboxRecord | None]:
+        """Insert the job and its render message in one transaction.
+
+        With an idempotency key already used by the tenant, returns the existing job
+        and no message (nothing new to publish).
+        """
+        now = _now()
+        job = Job(id=ID_PREFIX[new.kind] + uuid.uuid4().hex, tenant_id=new.tenant_id,
+                  kind=new.kind.value, model=new.model, pipeline=new.pipeline,
+                  status=JobStatus.QUEUED.value, progress=0, request=new.request,
+                  metadata_=new.metadata, idempotency_key=new.idempotency_key, attempts=0,
+                  max_attempts=new.max_attempts, created_at=now, updated_at=now)
+        try:
+            with self._sessions.begin() as s:
+                s.add(job)
+                s.flush()
+                msg = add_message(s, topic="render", job_id=job.id, queue=new.queue,
+                                  payload={"job_id": job.id})
+                return _record(job), outbox_record(msg)
+        except IntegrityError:
+            if new.idempotency_key is None:
+                raise
+            existing = self.get_by_idempotency_key(new.tenant_id, new.idempotency_key)
+            if existing is None:
+                raise
+            return existing, None
+
+    def get_by_idempotency_key(self, tenant_id: str, key: str) -> JobRecord | None:
+        with self._sessions() as s:
+            j = s.scalar(select(Job).where(Job.tenant_id == tenant_id,
+                                           Job.idempotency_key == key))
+            return _record(j) if j else None
+
+    def get(self, job_id: str, tenant_id: str | None = None) -> JobRecord | None:
+        with self._sessions() as s:
+            q = select(Job).where(Job.id == job_id)
+            if tenant_id is not None:
+                q = q.where(Job.tenant_id == tenant_id)
+            j = s.scalar(q)
+            return _record(j) if j else None
+
+    def list(self, tenant_id: str, *, after: str | None = None, limit: int = 20,
+             order: str = "desc", status: JobStatus | None = None,
+             kind: JobKind | None = None) -> tuple[list[JobRecord], bool]:
+        """Cursor pagination on (created_at, id); returns (page, has_more)."""
+        with self._sessions() as s:
+            q = select(Job).where(Job.tenant_id == tenant_id)
+            if status is not None:
+                q = q.where(Job.status == status.value)
+            if kind is not None:
+                q = q.where(Job.kind == kind.value)
+            if after is not None:
+                cursor = s.execute(select(Job.created_at, Job.id).where(
+                    Job.id == after, Job.tenant_id == tenant_id)).first()
+                if cursor is not None:
+                    if order == "desc":
+                        q = q.where((Job.created_at < cursor[0])
+                                    | ((Job.created_at == cursor[0]) & (Job.id < cursor[1])))
+                    else:
+                        q = q.where((Job.created_at > cursor[0])
+                                    | ((Job.created_at == cursor[0]) & (Job.id > cursor[1])))
+            if order == "desc":
+                q = q.order_by(Job.created_at.desc(), Job.id.desc())
+            else:
+                q = q.order_by(Job.created_at.asc(), Job.id.asc())
+            rows = s.scalars(q.limit(limit + 1)).all()
+            return [_record(j) for j in rows[:limit]], len(rows) > limit
+
+    # ---- worker transitions ----------------------------------------------------------
+
+    def claim(self, job_id: str, worker_id: str, lease_s: float) -> JobRecord | None:
+        """queued -> running, attempts + 1, with a lease. None if someone else won."""
+        now = _now()
+        with self._sessions.begin() as s:
+            res = s.execute(update(Job).where(
+                Job.id == job_id, Job.status == JobStatus.QUEUED.value).values(
+                status=JobStatus.RUNNING.value, attempts=Job.attempts + 1, worker_id=worker_id,
+                lease_expires_at=now + timedelta(seconds=lease_s), updated_at=now,
+                started_at=func.coalesce(Job.started_at, now), error_code=None,
+                error_message=None))
+            if res.rowcount != 1:
+                return None
+            return _record(s.get(Job, job_id))
+
+    def _running(self, job_id: str, attempt: int):
+        return update(Job).where(Job.id == job_id, Job.status == JobStatus.RUNNING.value,
+                                 Job.attempts == attempt)
+
+    def heartbeat(self, job_id: str, attempt: int, lease_s: float,
+                  progress: int | None = None) -> bool:
+        """Extend the lease; False means the job is no longer ours (cancelled, reaped)."""
+        now = _now()
+        values: dict[str, Any] = {"lease_expires_at": now + timedelta(seconds=lease_s),
+                                  "updated_at": now}
+        if progress is not None:
+            values["progress"] = max(0, min(99, progress))
+        with self._sessions.begin() as s:
+            return s.execute(self._running(job_id, attempt).values(**values)).rowcount == 1
+
+    def complete(self, job_id: str, attempt: int, outputs: list[OutputRecord]) -> bool:
+        """Outputs + running -> completed in one transaction; nothing written if we lost.
+
+        A dropped connection is ServiceUnavailable (retryable): the caller may try again.
+        """
+        try:
+            return self._complete(job_id, attempt, outputs)
+        except (OperationalError, InterfaceError) as exc:
+            raise ServiceUnavailable("database unavailable while completing a job") from exc
+
+    def _complete(self, job_id: str, attempt: int, outputs: list[OutputRecord]) -> bool:
+        now = _now()
+        with self._sessions.begin() as s:
+            res = s.execute(self._running(job_id, attempt).values(
+                status=JobStatus.COMPLETED.value, progress=100, completed_at=now,
+                updated_at=now, lease_expires_at=None))
+            if res.rowcount != 1:
+                return False
+            s.execute(delete(Output).where(Output.job_id == job_id))
+            s.add_all(Output(job_id=job_id, created_at=now, **asdict(o)) for o in outputs)
+            return True
+
+    def fail(self, job_id: str, code: str, message: str, *, attempt: int | None = None,
+             from_status: JobStatus = JobStatus.RUNNING, only_if_expired: bool = False) -> bool:
+        now = _now()
+        q = update(Job).where(Job.id == job_id, Job.status == from_status.value)
+        if attempt is not None:
+            q = q.where(Job.attempts == attempt)
+        if only_if_expired:
+            q = q.where(Job.lease_expires_at < now)
+        with self._sessions.begin() as s:
+            return s.execute(q.values(
+                status=JobStatus.FAILED.value, error_code=code[:64],
+                error_message=message[:MESSAGE_LIMIT], completed_at=now, updated_at=now,
+                lease_expires_at=None)).rowcount == 1
+
+    def requeue(self, job_id: str, attempt: int, *, queue: str, delay_s: float,
+                code: str, message: str, only_if_expired: bool = False
+                ) -> OutboxRecord | None:
+        """running -> queued for a retry, with its render message, in one transaction.
+
+        ``only_if_expired`` (the reaper) also requires the lease to have run out, so a
+        heartbeat that lands between the reaper's read and this write keeps the job.
+        """
+        now = _now()
+        q = self._running(job_id, attempt)
+        if only_if_expired:
+            q = q.where(Job.lease_expires_at < now)
+        with self._sessions.begin() as s:
+            res = s.execute(q.values(
+                status=JobStatus.QUEUED.value, worker_id=None, lease_expires_at=None,
+                progress=0, updated_at=now, error_code=code[:64],
+                error_message=message[:MESSAGE_LIMIT]))
+            if res.rowcount != 1:
+                return None
+            msg = add_message(s, topic="render", job_id=job_id, queue=queue,
+                              payload={"job_id": job_id}, delay_s=delay_s)
+            return outbox_record(msg)
+
+    def cancel(self, job_id: str, tenant_id: str) -> JobRecord | None:
+        """queued|running -> cancelled. Returns the job as it stands afterwards."""
+        now = _now()
+        with self._sessions.begin() as s:
+            s.execute(update(Job).where(
+                Job.id == job_id, Job.tenant_id == tenant_id,
+                Job.status.in_([JobStatus.QUEUED.value, JobStatus.RUNNING.value])).values(
+                status=JobStatus.CANCELLED.value, completed_at=now, updated_at=now,
+                lease_expires_at=None))
+        return self.get(job_id, tenant_id)
+
+    def expired_leases(self, limit: int = 100) -> list[JobRecord]:
+        with self._sessions() as s:
+            rows = s.scalars(select(Job).where(
+                Job.status == JobStatus.RUNNING.value,
+                Job.lease_expires_at < _now()).order_by(Job.lease_expires_at)
+                .limit(limit)).all()
+            return [_record(j) for j in rows]
+
+    def stale_queued(self, older_than_s: float, limit: int = 100) -> list[JobRecord]:
+        """Queued jobs untouched for a long time: their message may have been lost."""
+        cutoff = _now() - timedelta(seconds=older_than_s)
+        with self._sessions() as s:
+            rows = s.scalars(select(Job).where(
+                Job.status == JobStatus.QUEUED.value, Job.updated_at < cutoff)
+                .order_by(Job.updated_at).limit(limit)).all()
+            return [_record(j) for j in rows]
+
+    def republish(self, job: JobRecord, queue: str) -> OutboxRecord | None:
+        """A fresh render message for a stale queued job (CAS on its ``updated_at``, so
+        two sweepers don't both republish it)."""
+        now = _now()
+        with self._sessions.begin() as s:
+            res = s.execute(update(Job).where(
+                Job.id == job.id, Job.status == JobStatus.QUEUED.value,
+                Job.updated_at == job.updated_at).values(updated_at=now))
+            if res.rowcount != 1:
+                return None
+            return outbox_record(add_message(s, topic="render", job_id=job.id, queue=queue,
+                                             payload={"job_id": job.id}))
+
+    def delete(self, job_id: str, tenant_id: str) -> bool:
+        with self._sessions.begin() as s:
+            return s.execute(delete(Job).where(
+                Job.id == job_id, Job.tenant_id == tenant_id)).rowcount == 1

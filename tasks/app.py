@@ -1,0 +1,75 @@
+"""Celery application factory.
+
+Late acknowledgement, reject-on-worker-lost and prefetch 1: a message is only gone
+once its job's state is recorded, and a GPU worker never hoards jobs it cannot start.
+"""
+
+from __future__ import annotations
+
+from celery import Celery
+from celery.signals import worker_shutdown
+
+from core.settings import Settings
+
+from .dispatch import MAINTENANCE_QUEUE
+
+RELAY_EVERY_S = 5.0
+REAP_EVERY_S = 10.0
+SWEEP_EVERY_S = 60.0
+
+
+def broker_options(settings: Settings) -> dict:
+    if not settings.broker.startswith("filesystem"):
+        return {"visibility_timeout": 3600}
+    folder = settings.broker_folder
+    (folder / "processed").mkdir(parents=True, exist_ok=True)
+    (folder / "control").mkdir(parents=True, exist_ok=True)
+    return {"data_folder_in": str(folder), "data_folder_out": str(folder),
+            "processed_folder": str(folder / "processed"), "store_processed": False,
+            "control_folder": str(folder / "control"),
+            "polling_interval": 0.2}
+
+
+def make_celery(settings: Settings, with_tasks: bool = True) -> Celery:
+    """``with_tasks=False`` gives a publisher only (the API): no worker code imported."""
+    app = Celery("omnijobs", broker=settings.broker)
+    app.conf.update(
+        broker_transport_options=broker_options(settings),
+        broker_connection_retry_on_startup=True,
+        broker_connection_timeout=3,
+        task_acks_late=True,
+        task_reject_on_worker_lost=True,
+        task_ignore_result=True,
+        worker_prefetch_multiplier=1,
+        worker_send_task_events=True,
+        task_send_sent_event=True,
+        task_default_queue=MAINTENANCE_QUEUE,
+        worker_hijack_root_logger=False,
+        beat_schedule={
+            "relay-outbox": {"task": "omnijobs.relay_outbox", "schedule": RELAY_EVERY_S,
+                             "options": {"queue": MAINTENANCE_QUEUE,
+                                         "expires": RELAY_EVERY_S}},
+            "reap-leases": {"task": "omnijobs.reap_leases", "schedule": REAP_EVERY_S,
+                            "options": {"queue": MAINTENANCE_QUEUE,
+                                        "expires": REAP_EVERY_S}},
+            "sweep-queued": {"task": "omnijobs.sweep_queued", "schedule": SWEEP_EVERY_S,
+                             "options": {"queue": MAINTENANCE_QUEUE,
+                                         "expires": SWEEP_EVERY_S}},
+        },
+    )
+    if with_tasks:
+        from . import maintenance, render
+
+        render.register(app)
+        maintenance.register(app)
+    return app
+
+
+@worker_shutdown.connect
+def _drain_finalize(**_kwargs) -> None:
+    """A warm shutdown lets in-flight finalizes finish; a hard kill leaves them to the
+    reaper."""
+    from .runtime import _runtime
+
+    if _runtime is not None:
+        _runtime.finalizer.drain()

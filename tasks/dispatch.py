@@ -1,0 +1,39 @@
+"""Publishing render messages to the broker, for the API and the relay alike."""
+
+from __future__ import annotations
+
+import logging
+from datetime import UTC, datetime
+
+from celery import Celery
+
+from core.errors import ServiceUnavailable
+from storage.records import OutboxRecord
+from storage.repositories import OutboxRepository
+
+log = logging.getLogger(__name__)
+
+RENDER_TASK = "omnijobs.render"
+MAINTENANCE_QUEUE = "maintenance"
+
+
+def publish(app: Celery, msg: OutboxRecord) -> None:
+    countdown = max(0.0, (msg.available_at - datetime.now(UTC)).total_seconds())
+    try:
+        app.send_task(RENDER_TASK, args=[msg.job_id], queue=msg.queue,
+                      countdown=countdown or None, retry=False)
+    except Exception as exc:  # kombu/redis errors: the outbox keeps the message
+        raise ServiceUnavailable(f"broker unavailable: {type(exc).__name__}") from exc
+
+
+def publish_and_mark(app: Celery, outbox: OutboxRepository, msg: OutboxRecord | None) -> bool:
+    """Publish now if the broker answers; otherwise leave it for the relay."""
+    if msg is None:
+        return False
+    try:
+        publish(app, msg)
+    except ServiceUnavailable:
+        log.warning("broker down; job %s stays in the outbox for the relay", msg.job_id)
+        return False
+    outbox.mark_published([msg.id])
+    return True

@@ -1,0 +1,69 @@
+"""Lease heartbeat for a running job.
+
+A background thread extends the lease and flushes progress while the pipeline works.
+When the heartbeat's compare-and-set stops matching (the job was cancelled, or a
+reaper handed it to another worker) the job is no longer ours: the pipeline is told
+to stop at its next chunk.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+from storage.repositories import JobRepository
+
+log = logging.getLogger(__name__)
+
+
+class Lease:
+    def __init__(self, jobs: JobRepository, job_id: str, attempt: int, lease_s: float) -> None:
+        self._jobs, self.job_id, self.attempt, self.lease_s = jobs, job_id, attempt, lease_s
+        self.lost = threading.Event()
+        self._stop = threading.Event()
+        self._progress: int | None = None
+        self._sent: int | None = None
+        self._thread = threading.Thread(target=self._run, name=f"lease-{job_id}", daemon=True)
+
+    def report_progress(self, fraction: float) -> None:
+        self._progress = int(max(0.0, min(1.0, fraction)) * 99)
+
+    def is_cancelled(self) -> bool:
+        return self.lost.is_set()
+
+    def lost_now(self) -> bool:
+        """Heartbeat now (not at the next tick) and say whether the job is lost: called
+        right before an upload, so a reclaimed attempt doesn't overwrite a newer one."""
+        self.beat()
+        return self.lost.is_set()
+
+    def beat(self) -> None:
+        progress = self._progress if self._progress != self._sent else None
+        try:
+            alive = self._jobs.heartbeat(self.job_id, self.attempt, self.lease_s, progress)
+        except Exception:  # a database blip must not kill the job; the lease has slack
+            log.warning("heartbeat failed for %s", self.job_id, exc_info=True)
+            return
+        self._sent = progress if progress is not None else self._sent
+        if not alive:
+            self.lost.set()
+
+    def _run(self) -> None:
+        interval = min(self.lease_s / 3, 2.0)
+        while not self._stop.wait(interval):
+            self.beat()
+
+    def start(self) -> Lease:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+
+    def __enter__(self) -> Lease:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()

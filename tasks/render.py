@@ -1,0 +1,187 @@
+"""The render task: claim -> generate -> (background) finalize -> complete.
+
+Generation runs in the task; finalize (validate, encode/mux, probe, upload, complete)
+runs on the worker's FinalizePool so the accelerator starts the next job at once.
+Every exit records a reason: ``completed`` with outputs, ``failed`` with a code and
+message, or back to ``queued`` for a retry when the error is retryable and attempts
+remain. A job we lost (cancelled, reclaimed) is left alone.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from concurrent.futures import Future
+from typing import Any
+
+from celery import Celery
+
+from core.errors import EngineDead, JobCancelled, JobFailure, OmniJobsError, ServiceUnavailable
+from core.jobs import JobKind, JobStatus
+from media.audio import AudioAggregator
+from pipelines import RunContext, SpeechRequest, VideoRequest, get_spec
+from storage.records import JobRecord, OutputRecord
+
+from .dispatch import RENDER_TASK, publish_and_mark
+from .finalize import cancelled_guard, finalize_speech, finalize_video
+from .lease import Lease
+from .metrics import FINALIZE_SECONDS, GENERATE_SECONDS, JOBS_FINISHED
+from .runtime import WorkerRuntime, get_runtime
+
+log = logging.getLogger(__name__)
+
+GENERATE_SHARE = 0.85  # progress share of generation; finalize takes the rest
+
+
+def generate(rt: WorkerRuntime, job: JobRecord, lease: Lease) -> Any:
+    """The accelerator's part: run the pipeline and aggregate its output."""
+    spec = get_spec(job.pipeline)
+    pipeline = rt.pipeline(job.pipeline)
+    ctx = RunContext(job_id=job.id,
+                     report_progress=lambda f: lease.report_progress(GENERATE_SHARE * f),
+                     is_cancelled=lease.is_cancelled)
+    if job.kind is JobKind.SPEECH:
+        aggregator = AudioAggregator(spec.audio_mode)
+        for piece in pipeline.speech(SpeechRequest.from_dict(job.request), ctx):
+            aggregator.add(piece.samples, piece.sample_rate)
+        return aggregator.result()
+    if job.kind is JobKind.VIDEO:
+        return pipeline.video(VideoRequest.from_dict(job.request), ctx)
+    raise JobFailure(f"job kind {job.kind.value} is not supported", code="unsupported_kind")
+
+
+def finalize(rt: WorkerRuntime, job: JobRecord, raw: Any, lease: Lease) -> list[OutputRecord]:
+    spec = get_spec(job.pipeline)
+    guard = cancelled_guard(lease.lost_now)
+    guard()
+    if job.kind is JobKind.SPEECH:
+        fmt = SpeechRequest.from_dict(job.request).response_format
+        return [finalize_speech(rt.store, job, spec, raw, fmt, guard)]
+    return finalize_video(
+        rt.store, job, spec, raw, VideoRequest.from_dict(job.request), guard,
+        lambda f: lease.report_progress(GENERATE_SHARE + (1 - GENERATE_SHARE) * f))
+
+
+def backoff_s(base: float, attempt: int) -> float:
+    """Exponential backoff with full jitter, capped at five minutes."""
+    return random.uniform(0, min(300.0, base * 2 ** max(0, attempt - 1)))
+
+
+def record_failure(rt: WorkerRuntime, app: Celery, job: JobRecord, exc: BaseException) -> str:
+    if isinstance(exc, JobCancelled):
+        return "cancelled"
+    if not isinstance(exc, OmniJobsError):  # a bug: fail with a reason, never a trace
+        log.error("job %s: unexpected error", job.id, exc_info=exc, extra={"job_id": job.id})
+        exc = JobFailure(f"internal error while rendering ({type(exc).__name__})",
+                         code="internal_error")
+    log.warning("job %s: %s: %s", job.id, exc.code, exc.message, extra={"job_id": job.id})
+    if isinstance(exc, EngineDead):
+        rt.request_restart()
+    if exc.retryable and job.attempts < job.max_attempts:
+        msg = rt.jobs.requeue(job.id, job.attempts, queue=get_spec(job.pipeline).queue,
+                              delay_s=backoff_s(rt.settings.retry_backoff_s, job.attempts),
+                              code=exc.code, message=exc.message)
+        publish_and_mark(app, rt.outbox, msg)
+        return "retrying"
+    rt.jobs.fail(job.id, exc.code, exc.message, attempt=job.attempts)
+    return "failed"
+
+
+def finish(rt: WorkerRuntime, app: Celery, job: JobRecord, raw: Any, lease: Lease) -> str:
+    """Runs on the finalize thread, where nobody reads the Future: log what escapes."""
+    try:
+        result = _finish(rt, app, job, raw, lease)
+    except Exception:
+        log.exception("job %s: finalize bookkeeping failed; the reaper will retry it",
+                      job.id, extra={"job_id": job.id})
+        result = "error"
+    JOBS_FINISHED.labels(job.pipeline, result).inc()
+    return result
+
+
+def complete(rt: WorkerRuntime, job: JobRecord, outputs: list[OutputRecord]) -> bool:
+    """The compare-and-set is idempotent, so a database blip is worth a few retries; a
+    commit whose reply was lost shows up as our attempt already completed."""
+    for delay in (0.5, 1.0, 2.0, None):
+        try:
+            if rt.jobs.complete(job.id, job.attempts, outputs):
+                return True
+            now = rt.jobs.get(job.id)
+            return bool(now and now.status is JobStatus.COMPLETED
+                        and now.attempts == job.attempts)
+        except ServiceUnavailable:
+            if delay is None:
+                raise
+            log.warning("completing job %s failed; retrying", job.id,
+                        extra={"job_id": job.id})
+            time.sleep(delay)
+    return False
+
+
+def _finish(rt: WorkerRuntime, app: Celery, job: JobRecord, raw: Any, lease: Lease) -> str:
+    with lease:  # held until the job is recorded, so the reaper leaves it alone
+        with FINALIZE_SECONDS.labels(job.pipeline).time():
+            try:
+                outputs = finalize(rt, job, raw, lease)
+            except Exception as exc:
+                return record_failure(rt, app, job, exc)
+        if not complete(rt, job, outputs):
+            log.info("job %s finished but was no longer ours; result dropped", job.id,
+                     extra={"job_id": job.id})
+            return "lost"
+    log.info("job %s completed", job.id, extra={"job_id": job.id})
+    return "completed"
+
+
+def run_job(rt: WorkerRuntime, app: Celery, job_id: str) -> str | Future:
+    """Returns an outcome, or the Future of the finalize stage it handed off."""
+    job = rt.jobs.claim(job_id, rt.worker_id, rt.settings.lease_s)
+    if job is None:
+        log.info("job %s not claimable (taken, cancelled or finished)", job_id,
+                 extra={"job_id": job_id})
+        return "skipped"
+    log.info("job %s claimed (attempt %d)", job_id, job.attempts, extra={"job_id": job_id})
+    lease = Lease(rt.jobs, job.id, job.attempts, rt.settings.lease_s).start()
+    try:
+        with GENERATE_SECONDS.labels(job.pipeline).time():
+            raw = generate(rt, job, lease)
+    except Exception as exc:
+        lease.stop()
+        result = record_failure(rt, app, job, exc)
+        JOBS_FINISHED.labels(job.pipeline, result).inc()
+        return result
+    return rt.finalizer.submit(finish, rt, app, job, raw, lease)
+
+
+START_RETRIES = 20  # about 20 minutes of a database (or runtime) that won't come up
+
+
+def give_up(job_id: str, tries: int, exc: BaseException) -> None:
+    """A render that never got to start: fail the job with that reason if we can."""
+    try:
+        get_runtime().jobs.fail(job_id, "worker_unavailable",
+                                f"the render could not start after {tries} tries "
+                                f"({type(exc).__name__})", from_status=JobStatus.QUEUED)
+    except Exception:
+        log.error("job %s could not start and could not be failed", job_id,
+                  extra={"job_id": job_id})
+
+
+def register(app: Celery) -> None:
+    @app.task(name=RENDER_TASK, bind=True, shared=False, acks_late=True, reject_on_worker_lost=True,
+              ignore_result=True, max_retries=START_RETRIES)
+    def render(self, job_id: str) -> str:
+        try:
+            result = run_job(get_runtime(), app, job_id)
+        except Exception as exc:
+            # Failed before the job was claimed (e.g. the database is down): keep the
+            # message alive instead of letting Celery acknowledge it into oblivion.
+            if self.request.retries >= self.max_retries:
+                give_up(job_id, self.request.retries + 1, exc)
+                raise
+            delay = min(60.0, 2.0 * 2 ** min(self.request.retries, 5))
+            log.warning("render %s could not start (%s); retrying in %.0fs", job_id,
+                        type(exc).__name__, delay, extra={"job_id": job_id})
+            raise self.retry(countdown=delay, exc=exc) from exc
+        return "finalizing" if isinstance(result, Future) else result

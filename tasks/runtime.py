@@ -1,0 +1,68 @@
+"""Per-process worker state: database, object store and loaded pipelines.
+
+Built once per worker process. Pipelines are loaded (weights and all) the first
+time they are needed, or up front by ``warm()`` before the worker takes jobs; the
+worker runs the solo pool, so nothing that touched an accelerator is ever forked.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+from functools import cached_property
+
+from core.settings import Settings
+from pipelines import Pipeline, get_pipeline_class, import_pipeline_modules
+from storage.db import make_engine, make_sessionmaker
+from storage.objects import ObjectStore, make_store
+from storage.repositories import JobRepository, OutboxRepository
+
+from .pool import FinalizePool
+
+
+class WorkerRuntime:
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        import_pipeline_modules(settings.pipeline_modules)
+        sessions = make_sessionmaker(make_engine(settings.db_url))
+        self.jobs = JobRepository(sessions)
+        self.outbox = OutboxRepository(sessions)
+        self.worker_id = f"{socket.gethostname()}:{os.getpid()}"
+        self._pipelines: dict[str, Pipeline] = {}
+        self.finalizer = FinalizePool(settings.finalize_backlog)
+        self.restart_requested = False
+
+    @cached_property
+    def store(self) -> ObjectStore:
+        return make_store(self.settings)
+
+    def pipeline(self, name: str) -> Pipeline:
+        if name not in self._pipelines:
+            options = self.settings.pipeline_options.get(name, {})
+            instance = get_pipeline_class(name)(options)
+            instance.load()
+            self._pipelines[name] = instance
+        return self._pipelines[name]
+
+    def warm(self, names: list[str]) -> None:
+        for name in names:
+            self.pipeline(name)
+
+    def request_restart(self) -> None:
+        """Stop taking jobs and exit with RESTART_EXIT so the supervisor starts a fresh
+        process (a dead inference engine must not poison later jobs)."""
+        self.restart_requested = True
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+RESTART_EXIT = 75  # EX_TEMPFAIL: "start me again"
+
+_runtime: WorkerRuntime | None = None
+
+
+def get_runtime(settings: Settings | None = None) -> WorkerRuntime:
+    global _runtime
+    if _runtime is None:
+        _runtime = WorkerRuntime(settings or Settings())
+    return _runtime
