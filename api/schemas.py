@@ -1,10 +1,15 @@
-"""Wire models: ``XCreate`` for requests, ``XPublic`` for responses."""
+"""Wire models: ``XCreate`` for requests, ``XPublic`` for responses (the job and video
+objects live in ``storage.views``, shared with webhooks, batches and event streams)."""
 
 from __future__ import annotations
 
 from typing import Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from storage.views import JobError, JobPublic, OutputPublic, VideoPublic
+
+__all__ = ["JobError", "JobPublic", "OutputPublic", "VideoPublic"]  # re-exported
 
 Item = TypeVar("Item")
 ResponseFormat = Literal["mp3", "opus", "aac", "flac", "wav", "pcm"]
@@ -36,44 +41,6 @@ class SpeechCreate(BaseModel):
     metadata: dict[str, str] | None = None
 
     _metadata = field_validator("metadata")(check_metadata)
-
-
-class JobError(BaseModel):
-    code: str
-    message: str
-
-
-class OutputPublic(BaseModel):
-    index: int
-    url: str
-    url_expires_at: int
-    content_type: str
-    bytes: int
-    sha256: str
-    duration_s: float | None = None
-    sample_rate: int | None = None
-    channels: int | None = None
-    width: int | None = None
-    height: int | None = None
-    fps: float | None = None
-    frames: int | None = None
-
-
-class JobPublic(BaseModel):
-    id: str
-    object: Literal["job"] = "job"
-    kind: str
-    model: str
-    status: str
-    progress: int
-    attempts: int
-    max_attempts: int
-    created_at: int
-    started_at: int | None
-    completed_at: int | None
-    error: JobError | None
-    outputs: list[OutputPublic]
-    metadata: dict[str, str] | None
 
 
 class ListPage(BaseModel, Generic[Item]):
@@ -140,26 +107,6 @@ class VideoCreate(BaseModel):
             except ValueError:
                 raise ValueError("metadata must be a JSON object") from None
         return value
-
-
-class VideoPublic(BaseModel):
-    id: str
-    object: Literal["video"] = "video"
-    model: str
-    status: str
-    progress: int
-    created_at: int
-    completed_at: int | None
-    expires_at: int | None
-    size: str
-    seconds: str
-    prompt: str
-    fps: float
-    n: int
-    audio_sample_rate: int | None
-    error: JobError | None
-    outputs: list[OutputPublic]
-    metadata: dict[str, str] | None
 
 
 VideoList = ListPage[VideoPublic]

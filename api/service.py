@@ -7,20 +7,20 @@ import logging
 import re
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from fastapi import Query
 from fastapi.concurrency import run_in_threadpool
 
 from core.errors import Conflict, InvalidRequest, NotFound, ServiceUnavailable, clip
-from core.jobs import JobKind, JobStatus
+from core.jobs import JobKind
 from pipelines import PipelineSpec
 from storage.records import JobRecord, NewJob
+from storage.views import JobPublic, job_view
 
 from .deps import Services
 from .metrics import JOBS_SUBMITTED, PUBLISH_DEFERRED
-from .schemas import JobError, JobPublic, OutputPublic
 
 log = logging.getLogger(__name__)
 
@@ -83,25 +83,8 @@ def get_job(svc: Services, tenant: str, job_id: str, kind: JobKind | None = None
     return job
 
 
-def _ts(value) -> int | None:
-    return int(value.timestamp()) if value is not None else None
-
-
 def job_public(svc: Services, job: JobRecord) -> JobPublic:
-    ttl = svc.settings.signed_url_ttl_s
-    outputs = []
-    for out in job.outputs:
-        url, expires = svc.store.signed_url(out.key, ttl)
-        fields = {k: v for k, v in asdict(out).items() if k != "key"}
-        outputs.append(OutputPublic(url=url, url_expires_at=expires, **fields))
-    error = (JobError(code=job.error_code, message=job.error_message or "")
-             if job.error_code and job.status is JobStatus.FAILED else None)
-    return JobPublic(
-        id=job.id, kind=job.kind.value, model=job.model, status=job.status.value,
-        progress=job.progress, attempts=job.attempts, max_attempts=job.max_attempts,
-        created_at=_ts(job.created_at), started_at=_ts(job.started_at),
-        completed_at=_ts(job.completed_at), error=error, outputs=outputs,
-        metadata=job.metadata)
+    return job_view(job, svc.store, svc.settings.signed_url_ttl_s)
 
 
 @dataclass

@@ -10,18 +10,18 @@ from pydantic import ValidationError
 from starlette.datastructures import UploadFile
 
 from core.errors import InvalidRequest, NotFound, clip
-from core.jobs import JobKind, JobStatus
+from core.jobs import JobKind
 from pipelines import PipelineSpec, VideoRequest, all_specs, resolve_model
 from storage.objects import object_key
+from storage.views import video_view
 
 from ..deps import Services, services, tenant_id
 from ..schemas import VideoCreate, VideoDeleted, VideoList, VideoPublic
-from ..service import Page, get_job, job_public, list_page, submit
+from ..service import Page, get_job, list_page, submit
 from .jobs import stream_output
 
 router = APIRouter(prefix="/v1/videos")
 
-STATUS = {JobStatus.RUNNING: "in_progress"}
 POLL_AFTER_MS = "500"
 
 
@@ -79,16 +79,7 @@ def video_request(spec: PipelineSpec, body: VideoCreate) -> dict:
 
 
 def video_public(svc: Services, job) -> VideoPublic:
-    pub = job_public(svc, job)
-    req = job.request
-    rates = {o.sample_rate for o in job.outputs}
-    return VideoPublic(
-        id=job.id, model=job.model, status=STATUS.get(job.status, job.status.value),
-        progress=job.progress, created_at=pub.created_at, completed_at=pub.completed_at,
-        expires_at=None, size=req["size"], seconds=f"{float(req['seconds']):g}",
-        prompt=req["prompt"], fps=float(req["fps"]), n=int(req.get("n", 1)),
-        audio_sample_rate=rates.pop() if len(rates) == 1 else None, error=pub.error,
-        outputs=pub.outputs, metadata=job.metadata)
+    return video_view(job, svc.store, svc.settings.signed_url_ttl_s)
 
 
 @router.post("", response_model=VideoPublic)

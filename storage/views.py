@@ -1,0 +1,118 @@
+"""The public representation of a job: what ``GET`` returns, with freshly signed URLs.
+
+Shared by everything that shows a job to its owner (the API's routes, webhook event
+payloads, batch output lines, event streams), so each of them presents exactly what a
+``GET`` of the same resource would.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from datetime import datetime
+from typing import Literal
+
+from pydantic import BaseModel
+
+from core.jobs import JobKind, JobStatus
+
+from .objects import ObjectStore
+from .records import JobRecord
+
+VIDEO_STATUS = {JobStatus.RUNNING: "in_progress"}  # OpenAI's name for a running video
+
+
+class JobError(BaseModel):
+    code: str
+    message: str
+
+
+class OutputPublic(BaseModel):
+    index: int
+    url: str
+    url_expires_at: int
+    content_type: str
+    bytes: int
+    sha256: str
+    duration_s: float | None = None
+    sample_rate: int | None = None
+    channels: int | None = None
+    width: int | None = None
+    height: int | None = None
+    fps: float | None = None
+    frames: int | None = None
+
+
+class JobPublic(BaseModel):
+    id: str
+    object: Literal["job"] = "job"
+    kind: str
+    model: str
+    status: str
+    progress: int
+    attempts: int
+    max_attempts: int
+    created_at: int
+    started_at: int | None
+    completed_at: int | None
+    error: JobError | None
+    outputs: list[OutputPublic]
+    metadata: dict[str, str] | None
+
+
+class VideoPublic(BaseModel):
+    id: str
+    object: Literal["video"] = "video"
+    model: str
+    status: str
+    progress: int
+    created_at: int
+    completed_at: int | None
+    expires_at: int | None
+    size: str
+    seconds: str
+    prompt: str
+    fps: float
+    n: int
+    audio_sample_rate: int | None
+    error: JobError | None
+    outputs: list[OutputPublic]
+    metadata: dict[str, str] | None
+
+
+def timestamp(value: datetime | None) -> int | None:
+    return int(value.timestamp()) if value is not None else None
+
+
+def job_view(job: JobRecord, store: ObjectStore, url_ttl_s: int) -> JobPublic:
+    outputs = []
+    for out in job.outputs:
+        url, expires = store.signed_url(out.key, url_ttl_s)
+        fields = {k: v for k, v in asdict(out).items() if k != "key"}
+        outputs.append(OutputPublic(url=url, url_expires_at=expires, **fields))
+    error = (JobError(code=job.error_code, message=job.error_message or "")
+             if job.error_code and job.status is JobStatus.FAILED else None)
+    return JobPublic(
+        id=job.id, kind=job.kind.value, model=job.model, status=job.status.value,
+        progress=job.progress, attempts=job.attempts, max_attempts=job.max_attempts,
+        created_at=timestamp(job.created_at), started_at=timestamp(job.started_at),
+        completed_at=timestamp(job.completed_at), error=error, outputs=outputs,
+        metadata=job.metadata)
+
+
+def video_view(job: JobRecord, store: ObjectStore, url_ttl_s: int) -> VideoPublic:
+    pub = job_view(job, store, url_ttl_s)
+    req = job.request
+    rates = {o.sample_rate for o in job.outputs}
+    return VideoPublic(
+        id=job.id, model=job.model, status=VIDEO_STATUS.get(job.status, job.status.value),
+        progress=job.progress, created_at=pub.created_at, completed_at=pub.completed_at,
+        expires_at=None, size=req["size"], seconds=f"{float(req['seconds']):g}",
+        prompt=req["prompt"], fps=float(req["fps"]), n=int(req.get("n", 1)),
+        audio_sample_rate=rates.pop() if len(rates) == 1 else None, error=pub.error,
+        outputs=pub.outputs, metadata=job.metadata)
+
+
+def resource_view(job: JobRecord, store: ObjectStore, url_ttl_s: int) -> JobPublic | VideoPublic:
+    """A video job as ``GET /v1/videos/{id}`` shows it; any other as ``GET /v1/jobs/{id}``."""
+    view = video_view if job.kind is JobKind.VIDEO else job_view
+    return view(job, store, url_ttl_s)
