@@ -1,39 +1,109 @@
-"""A fake vLLM-Omni ``AsyncOmni`` with the real output shapes, for CPU tests.
+"""A fake vLLM-Omni ``AsyncOmni``, as strict as vllm-omni 0.30.0, for CPU tests.
 
-It is the GPU boundary and nothing more: stage configs named as in vLLM-Omni's deploy
-yamls, default sampling params per stage, ``generate`` as an async generator of
-request outputs whose ``multimodal_output`` is a Mapping ("audio" or "model_outputs",
-"sr" as a list of 0-d tensors), cumulative snapshots with empty and shorter trailing
-ones, zero codec tokens as empty audio, TTA capped at 10 s, T2VA frames with (B, 2, N)
-32 kHz audio at 24 fps or pre-encoded MP4s with ``audio: [None]``, ``abort``, and an
-engine that dies. Prompt markers choose the behaviour: ``[silent]``, ``[slow]``,
-``[die]`` (once per ``die_marker`` file), ``[model_outputs]``, ``[hang]``,
-``[engine-abort]``.
+It is the GPU boundary and nothing more. What vllm-omni itself defines is read from the
+installed package rather than copied (``tests/omni_source.py``): each deploy config's
+stage names (the ``PipelineConfig`` topologies) and default sampling params (the deploy
+yaml plus the stage's sampling constraints), ``OmniClientError``, Audex's decoder hop,
+rate, chunking and TTA frame cap, and MiniMax-H3's own request-shape resolver
+(``resolve_minimax_h3_shape``, run on our params: explicit ``aspect_ratio``, 4-15 s,
+fps 24, frames rounded up to 17n+5, sizes floored to a multiple of 32; a bad request
+raises ``OmniClientError`` from ``generate``).
+
+Behaviour per engine:
+- Audex TTS/TTA: one codec frame per 320-sample hop at 16 kHz; stage 0 stops at its
+  ``max_tokens`` or when the prompt fills ``max_model_len`` (long text is cut, as the
+  real engine cuts it); the final stage's ``output_kind`` decides the output shape:
+  DELTA outputs carry only new samples (several unconsolidated chunks in a list,
+  the finished one a tensor), CUMULATIVE outputs a consolidated snapshot per step,
+  FINAL_ONLY one finished output. TTA is one full-payload output capped at 10 s.
+- MiniMax-H3: frames (B outputs, seed + index each) with (B, 2, N) 32 kHz audio as
+  long as the aligned clip, or pre-encoded MP4s written like vLLM-Omni's
+  ``mux_av_video_audio_bytes`` (index at the end, no faststart) with ``audio: [None]``.
+
+Prompt markers choose failure behaviour: ``[silent]``, ``[slow]``, ``[die]`` (once per
+``die_marker`` file), ``[model_outputs]``, ``[hang]``, ``[engine-abort]``,
+``[guardrail]`` (a GuardrailViolationError, i.e. an OmniClientError) and ``[drawl]`` (a
+speaker four times slower than usual).
 """
 
 from __future__ import annotations
 
 import asyncio
 import copy
+import io
+import math
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from fractions import Fraction
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import av
 import numpy as np
 
-DEPLOYS = {
-    "audex_tts.yaml": ("audex_thinker", "audex_code2wav"),
-    "audex_tts_30b.yaml": ("audex_thinker", "audex_code2wav"),
-    "audex_tta.yaml": ("audex_tta_thinker", "audex_xcodec"),
-    "audex_tta_30b.yaml": ("audex_tta_thinker", "audex_xcodec"),
-    "audex_s2s.yaml": ("audex_omni", "audex_code2wav"),
-    "audex_thinker_only.yaml": ("audex_omni",),
-    "minimax_h3_disaggregated.yaml": ("encoder", "dit"),
-}
-SR = 16000
-TTA_CAP_S = 10.0
+from tests import omni_source as src
+
+OmniClientError = src.errors_module().OmniClientError
+GuardrailViolationError = src.errors_module().GuardrailViolationError
+
+# ---- what vllm-omni defines, read from its source ------------------------------------
+
+_TOPOLOGIES = {**src.pipelines("model_executor/models/audex/pipeline.py"),
+               **src.pipelines("model_executor/models/minimax_h3/pipeline.py")}
+DEPLOY_NAMES = ("audex_tts.yaml", "audex_tts_30b.yaml", "audex_tta.yaml", "audex_tta_30b.yaml",
+                "audex_s2s.yaml", "audex_thinker_only.yaml", "minimax_h3_disaggregated.yaml")
+
+
+def topology(deploy_config: str) -> list[tuple[str, str, dict]]:
+    """(model_stage, execution type, default sampling params) per stage of a shipped
+    deploy: the yaml's ``default_sampling_params`` under the stage's constraints."""
+    yml = src.deploy(deploy_config)
+    stages = _TOPOLOGIES[yml["pipeline"]]
+    return [(name, kind, {**stage.get("default_sampling_params", {}), **constraints})
+            for (name, kind, constraints), stage in zip(stages, yml["stages"], strict=True)]
+
+
+def stage0_yaml(deploy_config: str) -> dict:
+    return src.deploy(deploy_config)["stages"][0]
+
+
+DEPLOYS = {name: tuple(stage for stage, _, _ in topology(name)) for name in DEPLOY_NAMES}
+
+_H3 = "model_executor/models/minimax_h3/"
+_H3_CONST = {**src.constants(_H3 + "preprocessing.py"),
+             **src.constants(_H3 + "encoder_processing.py"),
+             **src.constants(_H3 + "long_video.py"),
+             **src.constants("diffusion/models/minimax_h3/vae.py")}
+_TIME = "diffusion/models/minimax_h3/time_request.py"
+_h3_ns = {"math": math, "np": np, "Mapping": Mapping, "OmniClientError": OmniClientError,
+          **_H3_CONST}
+_h3_ns["_align_multiple"] = src.function(_H3 + "preprocessing.py", "_align_multiple")
+for _name in ("resolve_minimax_h3_aspect_ratio", "resolve_minimax_h3_output_canvas"):
+    _h3_ns[_name] = src.function(_H3 + "preprocessing.py", _name, **_h3_ns)
+_h3_ns["resolve_long_video_mode"] = src.function(_H3 + "long_video.py", "resolve_long_video_mode",
+                                                 **_h3_ns)
+_h3_ns["max_output_seconds"] = src.function(_H3 + "long_video.py", "max_output_seconds", **_h3_ns)
+_h3_ns["minimax_h3_align_frame_count"] = src.function(_TIME, "_align_frame_count")
+_h3_ns["MINIMAX_H3_SHAPE_PLANNER"] = SimpleNamespace(
+    video_latent_t=src.function(_TIME, "_video_latent_t"),
+    audio_latent_t=src.function(_TIME, "_audio_latent_t"))
+h3_shape = src.function(_H3 + "encoder_processing.py", "resolve_minimax_h3_shape", **_h3_ns)
+H3_FPS = _H3_CONST["MINIMAX_H3_FPS"]
+H3_RATE = _H3_CONST["MINIMAX_H3_AUDIO_SAMPLE_RATE"]
+H3_AUDIO_LATENT_HZ = 40  # time_request.py:34-36 rounds audio at the 40 Hz latent boundary
+H3_DEFAULT_SEED = 42  # pipeline_minimax_h3.py:2595 (and minimax_h3_disaggregated.yaml:45)
+
+_AUDEX = "model_executor/models/audex/"
+_DECODER = src.defaults(_AUDEX + "speech_decoder/configuration_audex_causal_speech_decoder.py",
+                        "AudexCausalSpeechDecoderConfig")
+SR, HOP = _DECODER["sample_rate"], _DECODER["hop_length"]
+# XCodec decodes at most 500 frames at 50 per second (audex_tta.yaml:8-9)
+TTA_CAP_S = src.constants(_AUDEX + "audex_xcodec.py")["_DEFAULT_MAX_TTA_FRAMES"] / 50
+_STREAM = src.deploy("audex_tts.yaml")["connectors"]["connector_of_shared_memory"]["extra"]
+CHUNK_FRAMES, FIRST_CHUNK_FRAMES = (_STREAM["codec_chunk_frames"],
+                                    _STREAM["initial_codec_chunk_frames"])
 
 
 class FakeEngineDeadError(RuntimeError):
@@ -42,16 +112,23 @@ class FakeEngineDeadError(RuntimeError):
 
 @dataclass
 class SamplingParams:
-    temperature: float = 0.1
-    top_k: int = 80
-    max_tokens: int = 2048
-    seed: int = 0
-    output_kind: Any = None
+    """The vLLM fields the Audex stages use, with vLLM's own defaults."""
+
+    temperature: float = 1.0
+    top_k: int = 0
+    max_tokens: int | None = 16
+    seed: int | None = None
+    detokenize: bool = True
+    stop_token_ids: list[int] | None = None
+    output_kind: Any = "CUMULATIVE"
     extra_args: dict | None = None
 
 
 @dataclass
 class DiffusionParams:
+    """OmniDiffusionSamplingParams' fields MiniMax-H3 reads, with their defaults
+    (vllm_omni/inputs/data.py:224-278)."""
+
     num_outputs_per_prompt: int = 1
     seed: int | None = None
     height: int | None = None
@@ -59,8 +136,31 @@ class DiffusionParams:
     num_frames: int = 1
     fps: float | None = None
     frame_rate: float | None = None
+    num_inference_steps: int | None = None
     guidance_scale: float | None = None
     extra_args: dict = field(default_factory=dict)
+
+
+def default_params(deploy_config: str) -> list[Any]:
+    params = []
+    for _, kind, values in topology(deploy_config):
+        cls = DiffusionParams if kind == "DIFFUSION" else SamplingParams
+        names = cls.__dataclass_fields__
+        params.append(cls(**{k: v for k, v in values.items() if k in names}))
+    return params
+
+
+def audio_samples(mm: dict) -> int:
+    total = 0
+    for key in ("audio", "model_outputs"):
+        value = mm.get(key)
+        for item in value if isinstance(value, list) else [value]:
+            total += 0 if item is None else int(np.size(item))
+    return total
+
+
+def kind_name(kind: Any) -> str:
+    return getattr(kind, "name", None) or str(kind)
 
 
 def tensor(values) -> np.ndarray:
@@ -68,7 +168,7 @@ def tensor(values) -> np.ndarray:
 
 
 def speech(seconds: float) -> np.ndarray:
-    t = np.arange(int(seconds * SR)) / SR
+    t = np.arange(int(round(seconds * SR))) / SR
     envelope = 0.5 + 0.5 * np.sin(2 * np.pi * 3 * t)
     return tensor(0.3 * envelope * np.sin(2 * np.pi * 180 * t))
 
@@ -80,24 +180,30 @@ def output(mm: dict | None = None, *, finished: bool, reason: str | None = None,
                            multimodal_output=mm or {})
 
 
+def codec_chunks(full: np.ndarray) -> list[np.ndarray]:
+    """The code2wav stream: one frame first, then 25-frame chunks."""
+    bounds = [0, FIRST_CHUNK_FRAMES * HOP]
+    while bounds[-1] < len(full):
+        bounds.append(bounds[-1] + CHUNK_FRAMES * HOP)
+    return [full[a:b] for a, b in zip(bounds, bounds[1:], strict=False) if a < len(full)]
+
+
 class FakeOmni:
     def __init__(self, model: str, deploy_config: str | None = None, **kwargs: Any) -> None:
         self.model = model
-        self.stages = DEPLOYS[deploy_config or "audex_tts.yaml"]
+        self.deploy_config = deploy_config or "audex_tts.yaml"
+        stages = topology(self.deploy_config)
+        self.stages = tuple(name for name, _, _ in stages)
+        self.max_model_len = stage0_yaml(self.deploy_config).get("max_model_len")
         self.stage_configs = [SimpleNamespace(stage_pipeline_config=SimpleNamespace(
             model_stage=name)) for name in self.stages]
-        if self.stages[0] == "encoder":
-            self.default_sampling_params_list = [SamplingParams(), DiffusionParams(
-                height=720, width=1280, num_frames=121, fps=24, guidance_scale=4.0)]
-        else:
-            tta = self.stages[0] == "audex_tta_thinker"
-            self.default_sampling_params_list = [
-                SamplingParams(temperature=1.0 if tta else 0.1,
-                               max_tokens=4200 if tta else 2048, extra_args={}),
-                SamplingParams(temperature=0.0, max_tokens=8192)][:len(self.stages)]
+        self.default_sampling_params_list = default_params(self.deploy_config)
         self.die_marker = kwargs.get("die_marker")
+        self.tokenizer = FakeTokenizer()
         self.requests: list[dict] = []
         self.aborted: list[str] = []
+        self.emitted_samples = 0  # every sample handed out, copies included
+        self.last_mp4: list[bytes] = []
         self.errored = False
 
     async def abort(self, request_id: str, *, timeout: float | None = None) -> None:
@@ -109,22 +215,37 @@ class FakeOmni:
         params = sampling_params_list or self.default_sampling_params_list
         self.requests.append({"prompt": prompt, "params": copy.deepcopy(params),
                               "request_id": request_id, "modalities": output_modalities})
-        text = prompt["prompt"]
+        text = prompt.get("prompt") or ""
+        if "[guardrail]" in text:  # a 4xx-class refusal (vllm_omni/errors.py:37)
+            raise GuardrailViolationError("Request rejected: the prompt violates the content "
+                                          "policy of this deployment. " + "Details. " * 40)
         if "[die]" in text and self.die_marker and not Path(self.die_marker).exists():
             Path(self.die_marker).touch()
             self.errored = True
             raise FakeEngineDeadError("EngineCore died")
         if self.stages[0] == "encoder":
-            yield self._video(params[1], prompt)
+            yield self._video(params, prompt)
             return
-        async for out in self._audio(text, request_id):
+        async for out in self._audio(text, params, request_id):
+            self.emitted_samples += audio_samples(out.multimodal_output)
             yield out
 
-    async def _audio(self, text: str, request_id: str):
+    # ---- Audex -------------------------------------------------------------------------
+
+    def _codes(self, text: str, stage0: SamplingParams, seconds: float) -> int:
+        """Codec frames stage 0 emits: what the text needs, unless max_tokens or the
+        context window (prompt + output <= max_model_len) stops it first."""
+        limit = stage0.max_tokens if stage0.max_tokens is not None else 10**9
+        if self.max_model_len is not None:
+            limit = min(limit, self.max_model_len - len(self.tokenizer.encode(text)))
+        return max(0, min(round(seconds * SR / HOP), limit))
+
+    async def _audio(self, text: str, params: list, request_id: str):
         tta = self.stages[0] == "audex_tta_thinker"
         spoken = re.search(r"(?:transcription|caption)\.(.*?)<\|im_end\|>", text, re.S)
         words = len(re.findall(r"\w+", spoken.group(1) if spoken else text))
-        seconds = min(TTA_CAP_S, 0.4 * words) if tta else 0.25 * words
+        per_word = 1.0 if "[drawl]" in text else 0.25
+        seconds = min(TTA_CAP_S, 0.4 * words) if tta else per_word * words
         key = "model_outputs" if "[model_outputs]" in text else "audio"
         sr = [np.array(SR, dtype=np.int32)]
         if "[hang]" in text:
@@ -135,35 +256,63 @@ class FakeOmni:
         if "[silent]" in text:  # zero codec tokens: an empty waveform on a finished output
             yield output({key: tensor([]), "sr": sr}, finished=True, reason="stop")
             return
-        full = speech(seconds)
-        steps = [0, len(full) // 3, 2 * len(full) // 3, len(full)]
-        for end in steps:
+        full = speech(self._codes(text, params[0], seconds) * HOP / SR)
+        if tta:  # XCodec decodes the full payload once (audex_tta.yaml:4-6)
+            yield output({key: full, "sr": sr}, finished=True, reason="stop")
+            return
+        async for out in self._stream(full, kind_name(params[-1].output_kind), key, sr,
+                                      request_id, "[slow]" in text):
+            yield out
+
+    async def _stream(self, full: np.ndarray, kind: str, key: str, sr: list, request_id: str,
+                      slow: bool):
+        """Output shapes per RequestOutputKind (outputs/output_processor.py:208-240, 325-327:
+        DELTA drains what it sent; other kinds consolidate the whole waveform)."""
+        chunks = codec_chunks(full) or [full]
+        groups = [chunks[i:i + 2] for i in range(0, len(chunks), 2)]
+        done = 0
+        for i, group in enumerate(groups):
             if request_id in self.aborted:
                 yield output(None, finished=True, reason="abort")
                 return
-            await asyncio.sleep(0.4 if "[slow]" in text else 0)
-            yield output({key: full[:end], "sr": sr}, finished=False)
-        # trailing snapshots: an empty one and a shorter one, as history lists do
-        yield output({key: [full[:0], full, full[: len(full) // 2]], "sr": sr},
-                     finished=True, reason="stop")
+            await asyncio.sleep(0.4 if slow else 0)
+            last = i == len(groups) - 1
+            done += sum(len(c) for c in group)
+            if kind == "DELTA":
+                payload = np.concatenate(group) if last else list(group)
+            elif kind == "FINAL_ONLY" and not last:
+                continue
+            else:
+                payload = full[:done].copy()
+            yield output({key: payload, "sr": sr}, finished=last,
+                         reason="stop" if last else None)
 
-    def _video(self, gp: DiffusionParams, prompt: dict) -> SimpleNamespace:
-        n, frames, h, w = gp.num_outputs_per_prompt, gp.num_frames, gp.height, gp.width
-        fps, rate = 24, 32000
-        meta = {"audio": {"sample_rate": rate}, "video": {"fps": fps}}
+    # ---- MiniMax-H3 --------------------------------------------------------------------
+
+    def _video(self, params: list, prompt: dict) -> SimpleNamespace:
+        """pipeline_minimax_h3.py:2627-2700 and _minimax_h3_post_process (:352-396)."""
+        diffusion = [p for p in params if isinstance(p, DiffusionParams)]
+        if len(diffusion) != 1:  # stage_input_processors/minimax_h3.py:22-33
+            raise RuntimeError("MiniMax H3 encoding requires exactly one "
+                               f"OmniDiffusionSamplingParams stage parameter, got {len(diffusion)}")
+        gp = diffusion[0]
+        if not prompt.get("prompt"):
+            raise OmniClientError("MiniMax H3 requires a non-empty prompt")
+        height, width, frames, _, audio_t = h3_shape("t2va", gp, None)
+        seed = gp.seed if gp.seed is not None else H3_DEFAULT_SEED
+        seeds = [seed + i for i in range(int(gp.num_outputs_per_prompt))]
+        samples = audio_t * H3_RATE // H3_AUDIO_LATENT_HZ
+        meta = {"audio": {"sample_rate": H3_RATE}, "video": {"fps": H3_FPS}}
+        clips = [self._frames(frames, height, width, s) for s in seeds]
+        tracks = [self._audio_track(samples, s) for s in seeds]
         if gp.extra_args.get("preencode_mp4"):
-            from media.audio import Audio
-            from media.mux import mux_mp4
-
-            clips = [mux_mp4(self._frames(frames, h, w, i), fps,
-                             Audio(self._audio_track(frames / fps, rate), rate))
-                     for i in range(n)]
-            return output({"metadata": meta, "audio": [None] * n, "audio_sample_rate": rate,
-                           "fps": fps}, finished=True, reason="stop", images=clips)
-        images = [self._frames(frames, h, w, i) for i in range(n)]
-        audio = np.stack([self._audio_track(frames / fps, rate) for _ in range(n)])
-        return output({"metadata": meta, "audio": audio, "audio_sample_rate": rate,
-                       "fps": fps}, finished=True, reason="stop", images=images)
+            encoded = [mux_like_vllm_omni(c, t) for c, t in zip(clips, tracks, strict=True)]
+            self.last_mp4 = encoded
+            return output({"metadata": meta, "audio": [None] * len(seeds),
+                           "audio_sample_rate": H3_RATE, "fps": H3_FPS},
+                          finished=True, reason="stop", images=encoded)
+        return output({"metadata": meta, "audio": np.stack(tracks), "audio_sample_rate": H3_RATE,
+                       "fps": H3_FPS}, finished=True, reason="stop", images=clips)
 
     @staticmethod
     def _frames(frames: int, h: int, w: int, seed: int) -> np.ndarray:
@@ -171,10 +320,34 @@ class FakeOmni:
         return base + (np.arange(frames, dtype=np.uint8) % 50)[:, None, None, None]
 
     @staticmethod
-    def _audio_track(seconds: float, rate: int) -> np.ndarray:
-        t = np.arange(round(seconds * rate)) / rate
-        return tensor(np.stack([0.3 * np.sin(2 * np.pi * 220 * t),
-                                0.3 * np.sin(2 * np.pi * 330 * t)]))
+    def _audio_track(samples: int, seed: int) -> np.ndarray:
+        t = np.arange(samples) / H3_RATE
+        pitch = 220 + seed % 200
+        return tensor(np.stack([0.3 * np.sin(2 * np.pi * pitch * t),
+                                0.3 * np.sin(2 * np.pi * 1.5 * pitch * t)]))
+
+
+def mux_like_vllm_omni(frames: np.ndarray, audio: np.ndarray) -> bytes:
+    """What vLLM-Omni's pre-encode path writes (diffusion/utils/media_utils.py:435-494,
+    reached through ChunkedMP4Encoder with H3's codec options, pipeline_minimax_h3.py:2607):
+    an in-memory MP4 without ``movflags``, so the index lands after the media data."""
+    buf = io.BytesIO()
+    with av.open(buf, mode="w", format="mp4") as container:
+        video = container.add_stream("h264", rate=Fraction(H3_FPS))
+        video.width, video.height = int(frames.shape[2]), int(frames.shape[1])
+        video.pix_fmt = "yuv420p"
+        video.options = {"crf": "18", "preset": "ultrafast", "threads": "0"}
+        sound = container.add_stream("aac", rate=H3_RATE)
+        sound.layout = "stereo"
+        for rgb in frames:
+            container.mux(video.encode(av.VideoFrame.from_ndarray(rgb, format="rgb24")))
+        container.mux(video.encode())
+        frame = av.AudioFrame.from_ndarray(np.ascontiguousarray(audio), format="fltp",
+                                           layout="stereo")
+        frame.sample_rate, frame.pts, frame.time_base = H3_RATE, 0, Fraction(1, H3_RATE)
+        container.mux(sound.encode(frame))
+        container.mux(sound.encode())
+    return buf.getvalue()
 
 
 ENGINES: list[FakeOmni] = []
@@ -191,6 +364,9 @@ class FakeTokenizer:
 
     _pattern = re.compile(r"<[^<>]+>|\w+|[^\w\s]")
 
+    def __init__(self, path: str | None = None) -> None:
+        self.path = path
+
     def encode(self, text: str) -> list[int]:
         return [hash(t) % 100000 for t in self._pattern.findall(text)]
 
@@ -200,5 +376,20 @@ class FakeTokenizer:
         return vocab
 
 
-def make_tokenizer(model: str) -> FakeTokenizer:
-    return FakeTokenizer()
+def make_tokenizer(model: str, folder: str | None = None) -> FakeTokenizer:
+    return FakeTokenizer(model if folder is None else f"{model}::{folder}")
+
+
+class FakeAutoTokenizer:
+    """Stands in for ``transformers.AutoTokenizer``: like the real one, it needs a folder
+    that exists (after ``subfolder``) and holds a tokenizer."""
+
+    loaded: list[str] = []
+
+    @classmethod
+    def from_pretrained(cls, path: str, subfolder: str | None = None, **_: Any) -> FakeTokenizer:
+        folder = Path(path, subfolder or "")
+        if not (folder / "tokenizer_config.json").is_file():
+            raise OSError(f"Can't load tokenizer for '{folder}'")
+        cls.loaded.append(str(folder))
+        return FakeTokenizer(str(folder))

@@ -19,3 +19,5 @@ def test_gpu_smoke_script_runs_with_the_fake_engine():
     assert all(r["status"] == "completed" and r["rms"] > 0.01 for r in rows)
     assert [r["sample_rate"] for r in rows] == [16000, 32000]
     assert all(r["ready_s"] > 0 and r["wall_s"] > 0 for r in rows)
+    # the default H3 request (5 s, 1280x720) as the engine renders it: 124 frames, 1280x704
+    assert (rows[1]["frames"], rows[1]["size"]) == (124, "1280x704")

@@ -63,7 +63,29 @@ def test_dead_engine_restarts_the_worker_and_the_job_completes(stack, gpu_worker
 def test_t2va_video_through_the_sdk(stack, gpu_worker, key):
     sdk = OpenAI(base_url=f"{stack.base_url}/v1", api_key=key, max_retries=0)
     video = sdk.videos.create_and_poll(model="MiniMaxAI/MiniMax-H3", prompt="A kite at noon",
-                                       seconds="2", size="448x256")
+                                       seconds="4", size="448x256")
     assert video.status == "completed", video
     probe = probe_video(sdk.videos.download_content(video.id).read())
-    assert probe.frames == 48 and probe.audio.sample_rate == 32000 and probe.audio.channels == 2
+    # 96 frames asked; H3 renders on its 17n+5 grid and the job says so
+    assert probe.frames == 107 and probe.audio.sample_rate == 32000 and probe.audio.channels == 2
+    assert video.model_extra["outputs"][0]["frames"] == 107
+    seed = video.model_extra["seed"]  # drawn at submit, so a rerun can reproduce it
+    assert isinstance(seed, int) and 0 <= seed < 2**31
+
+
+def test_t2va_contract_rejections_and_idempotent_seeds(stack, key):
+    with stack.client(key) as c:
+        for body, param in [({"seconds": 2}, "seconds"), ({"seconds": 20}, "seconds"),
+                            ({"fps": 30}, "fps"), ({"size": "1000x200"}, "size")]:
+            resp = c.post("/v1/videos", json={"model": "minimax-h3", "prompt": "x", **body})
+            assert assert_openai_error(resp, 400)["param"] == param
+        body = {"model": "minimax-h3", "prompt": "Idempotent kite", "seconds": 4,
+                "size": "448x256"}
+        first = c.post("/v1/videos", json=body, headers={"Idempotency-Key": "kite-1"})
+        again = c.post("/v1/videos", json=body, headers={"Idempotency-Key": "kite-1"})
+        other = c.post("/v1/videos", json=body)
+        assert first.status_code == again.status_code == other.status_code == 200
+        assert first.json()["id"] == again.json()["id"] != other.json()["id"]
+        assert first.json()["seed"] == again.json()["seed"] != other.json()["seed"]
+        for video in (first.json(), other.json()):  # nothing left running for later tests
+            c.delete(f"/v1/videos/{video['id']}")

@@ -246,3 +246,23 @@ def test_audio_properties() -> None:
     assert audio.channels == 2
     assert audio.frames == 48000
     assert audio.duration_s == pytest.approx(2.0)
+
+
+# ---- what each chunk adds (what a stream sends on) ----------------------------------
+
+@pytest.mark.parametrize("mode", MODES)
+def test_add_returns_exactly_the_new_samples(mode: str) -> None:
+    """Whatever the engine's chunk semantics, the new samples of every ``add`` joined
+    together are the final audio: a streamed response and the stored file agree."""
+    full = sine(5000)
+    cuts = [0, 1000, 1000, 2500, 5000]
+    agg = AudioAggregator(mode)
+    chunks = ([full[:n].copy() for n in cuts] + [full[:1200].copy(), empty()]
+              if mode == "cumulative" else
+              [full[a:b].copy() for a, b in zip(cuts, cuts[1:], strict=False)] + [empty()])
+    new = [agg.add(chunk, SR) for chunk in chunks]
+    assert all(n.ndim == 2 for n in new)
+    joined = np.concatenate(new, axis=1)
+    np.testing.assert_array_equal(joined, agg.result().samples)
+    np.testing.assert_array_equal(joined[0], full)
+    assert [n.shape[1] for n in new if n.shape[1]] == [1000, 1500, 2500]

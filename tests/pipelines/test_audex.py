@@ -2,15 +2,34 @@
 
 from __future__ import annotations
 
+import copy
+import sys
+import types
+
 import pytest
 
 from core.errors import ConfigurationError, InvalidRequest, JobCancelled
 from core.jobs import JobStatus
 from media.probe import probe_audio
 from pipelines import RunContext, SpeechRequest, get_spec, import_pipeline_modules
-from pipelines.audex import AudexTTA, AudexTTS, audio_pieces, detect_mode, prompt_module
+from pipelines.audex import (
+    CFG_FIELDS,
+    CODEC_HOP,
+    RVQ_CODEBOOK_SIZE,
+    RVQ_CODEBOOKS,
+    RVQ_CODEC_CAP,
+    SAMPLE_RATE,
+    TTA_DEFAULT_CFG,
+    AudexTTA,
+    AudexTTS,
+    audio_pieces,
+    detect_mode,
+    load_tokenizer,
+    prompt_module,
+)
 from tasks.render import run_job
-from tests.fake_omni import DEPLOYS, FakeOmni, FakeTokenizer
+from tests import omni_source as src
+from tests.fake_omni import DEPLOYS, FakeAutoTokenizer, FakeOmni, FakeTokenizer
 
 from ..tasks.test_render import app, outcome, rt, submit, tenant  # noqa: F401  (fixtures)
 
@@ -117,13 +136,44 @@ def test_tta_defaults_to_cfg_3_and_always_masks_rvq():
 def test_engine_defaults_are_never_mutated():
     pipeline = loaded(AudexTTS)
     engine = pipeline._bridge.engine
-    before = (engine.default_sampling_params_list[0].temperature,
-              dict(engine.default_sampling_params_list[0].extra_args))
+    before = copy.deepcopy(engine.default_sampling_params_list)
     run(pipeline, cfg_scale=2.0)
-    run(pipeline)
-    assert (engine.default_sampling_params_list[0].temperature,
-            engine.default_sampling_params_list[0].extra_args) == before
+    run(pipeline, " ".join(["long"] * 150))
+    assert engine.default_sampling_params_list == before
+    assert before[0].max_tokens == 2048 and before[0].extra_args is None  # audex_tts.yaml:59
     assert "cfg_role" not in stage0(pipeline).extra_args  # no leak from the guided job
+
+
+def test_every_stage_asks_for_delta_output():
+    """vLLM-Omni's speech server streams with DELTA on every stage (entrypoints/utils.py:
+    342-356); CUMULATIVE re-concatenates the whole waveform at each step."""
+    pipeline = loaded(AudexTTS)
+    engine = pipeline._bridge.engine
+    engine.emitted_samples = 0
+    pieces = run(pipeline, "One two three four five six seven eight nine ten.")
+    assert [p.output_kind for p in engine.requests[-1]["params"]] == ["DELTA", "DELTA"]
+    samples = sum(len(p.samples) for p in pieces)
+    assert samples == 0.25 * 10 * 16000
+    assert engine.emitted_samples == samples  # each sample sent once, no snapshot copies
+
+
+def test_constants_match_vllm_omni():
+    adapter = src.constants("entrypoints/openai/tts_adapters/audex.py")
+    tta_adapter = src.constants("entrypoints/openai/tts_adapters/audex_tta.py")
+    tta = src.constants("model_executor/models/audex/tta.py")
+    assert get_spec("audex-tts").numeric_fields == (
+        ("cfg_scale", adapter["AUDEX_CFG_SCALE_MIN"], adapter["AUDEX_CFG_SCALE_MAX"]),)
+    assert CFG_FIELDS == set(tta_adapter["_INTERNAL_KEYS"])
+    assert TTA_DEFAULT_CFG == tta_adapter["AUDEX_TTA_DEFAULT_CFG_SCALE"]
+    assert (RVQ_CODEBOOKS, RVQ_CODEBOOK_SIZE) == (tta["XCODEC1_NUM_CODEBOOKS"],
+                                                  tta["XCODEC1_CODEBOOK_SIZE"])
+    assert RVQ_CODEC_CAP == 4000  # audex_tta.py:139 writes it inline
+    for deploy in ("audex_tts.yaml", "audex_tts_30b.yaml"):
+        assert src.deploy(deploy)["stages"][0]["max_model_len"] == AudexTTS.context_tokens
+    decoder = src.defaults("model_executor/models/audex/speech_decoder/"
+                           "configuration_audex_causal_speech_decoder.py",
+                           "AudexCausalSpeechDecoderConfig")
+    assert (decoder["sample_rate"], decoder["hop_length"]) == (SAMPLE_RATE, CODEC_HOP)
 
 
 @pytest.mark.parametrize(("fields", "param", "code"), [
@@ -153,13 +203,16 @@ def test_contract_accepts_default_voice_and_cfg_range():
 
 
 def test_audio_shapes_from_the_engine():
+    """A DELTA output holds the chunks decoded since the last one: a tensor, or a list of
+    them not yet concatenated (outputs/mm_outputs.py:154-175); each is new audio."""
     import numpy as np
 
     sr_list = [np.array(16000, dtype="int32")]
-    a = np.full(10, 0.1, np.float32)
+    a = np.arange(10, dtype=np.float32)
     assert [len(p.samples) for p in audio_pieces({"audio": a, "sr": sr_list}, 0)] == [10]
-    [longest] = audio_pieces({"model_outputs": [a[:2], a, a[:0], a[:5]], "sr": 16000}, 0)
-    assert len(longest.samples) == 10 and longest.sample_rate == 16000
+    pieces = audio_pieces({"model_outputs": [a[:2], a, a[:0], a[:5]], "sr": 16000}, 0)
+    assert [len(p.samples) for p in pieces] == [2, 10, 5]
+    assert pieces[1].samples.tolist() == a.tolist() and pieces[1].sample_rate == 16000
     assert audio_pieces({}, 16000) == [] and audio_pieces({"text": "x"}, 16000) == []
 
 
@@ -189,14 +242,76 @@ def audex_rt(rt, tmp_path):  # noqa: F811
     return rt
 
 
-def test_cumulative_snapshots_aggregate_keep_longest(audex_rt, app, tenant):  # noqa: F811
+def test_delta_chunks_aggregate_in_order(audex_rt, app, tenant):  # noqa: F811
     text = "One two three four five six seven eight."
     job = submit(audex_rt, tenant, "audex-tts", input=text, response_format="wav")
     assert outcome(run_job(audex_rt, app, job.id)) == "completed"
     [out] = audex_rt.jobs.get(job.id).outputs
     probe = probe_audio(audex_rt.store.get(out.key))
     assert probe.sample_rate == 16000 and probe.channels == 1
-    assert out.duration_s == pytest.approx(0.25 * 8, abs=0.01)  # the longest snapshot
+    assert out.duration_s == pytest.approx(0.25 * 8, abs=1e-3)  # every chunk, once
+
+
+def test_long_text_gets_the_tokens_it_needs(audex_rt, app, tenant):  # noqa: F811
+    """180 words speak for 45 s: 2250 codec frames, more than the yaml's max_tokens 2048."""
+    text = " ".join(["go"] * 179) + " end."
+    job = submit(audex_rt, tenant, "audex-tts", input=text, response_format="flac")
+    assert outcome(run_job(audex_rt, app, job.id)) == "completed", audex_rt.jobs.get(job.id)
+    assert audex_rt.jobs.get(job.id).outputs[0].duration_s == pytest.approx(45.0, abs=1e-3)
+    engine = audex_rt.pipeline("audex-tts")._bridge.engine
+    sent = engine.requests[-1]
+    prompt_tokens = len(FakeTokenizer().encode(sent["prompt"]["prompt"]))
+    assert 2250 <= sent["params"][0].max_tokens <= 4096 - prompt_tokens
+
+
+def test_speech_cut_at_the_token_limit_fails_the_job(audex_rt, app, tenant):  # noqa: F811
+    """A speaker slow enough to need more codec frames than the context leaves."""
+    text = "[drawl] " + " ".join(["go"] * 100)
+    job = submit(audex_rt, tenant, "audex-tts", input=text)
+    assert outcome(run_job(audex_rt, app, job.id)) == "failed"
+    failed = audex_rt.jobs.get(job.id)
+    assert failed.error_code == "speech_truncated" and failed.outputs == ()
+    assert failed.attempts == 1
+
+
+@pytest.mark.parametrize("name", ["audex-tts", "audex-tts-30b"])
+def test_text_longer_than_the_context_allows_is_a_400(name):
+    spec = get_spec(name)
+    spec.validate_speech(SpeechRequest(input="x" * spec.max_input_chars))
+    with pytest.raises(InvalidRequest) as err:
+        spec.validate_speech(SpeechRequest(input="x" * (spec.max_input_chars + 1)))
+    assert err.value.code == "input_too_long" and spec.max_input_chars < 1000
+
+
+@pytest.fixture
+def fake_transformers(monkeypatch):
+    FakeAutoTokenizer.loaded.clear()
+    monkeypatch.setitem(sys.modules, "transformers",
+                        types.SimpleNamespace(AutoTokenizer=FakeAutoTokenizer))
+    return FakeAutoTokenizer
+
+
+@pytest.mark.parametrize("folder", ["checkpoint_folder_audiogen", "checkpoint_folder_full"])
+def test_tokenizer_loads_from_the_root_or_a_checkpoint_folder(fake_transformers, tmp_path,
+                                                               folder):
+    """As vLLM-Omni's Audex adapter does (entrypoints/openai/tts_adapters/audex.py:53-59)."""
+    root = tmp_path / "Nemotron-Labs-Audex-2B"
+    for sub in ("checkpoint_folder_audiogen", "checkpoint_folder_full"):
+        (root / sub).mkdir(parents=True)
+        (root / sub / "tokenizer_config.json").write_text("{}")
+    assert load_tokenizer(str(root), folder).path == str(root / folder)
+    assert load_tokenizer(str(root / "checkpoint_folder_audiogen"), folder).path == str(
+        root / folder)
+    assert load_tokenizer(str(root / "checkpoint_folder_full") + "/", folder).path == str(
+        root / folder)
+
+
+def test_speech_to_speech_deploy_uses_the_full_checkpoints_tokenizer():
+    """``audex_omni`` stages read checkpoint_folder_full (tts_adapters/audex.py:50-52)."""
+    assert loaded(AudexTTS, deploy_config="audex_s2s.yaml")._tokenizer.path.endswith(
+        "::checkpoint_folder_full")
+    assert loaded(AudexTTS)._tokenizer.path.endswith("::checkpoint_folder_audiogen")
+    assert loaded(AudexTTA)._tokenizer.path.endswith("::checkpoint_folder_audiogen")
 
 
 def test_model_outputs_key_is_read_too(audex_rt, app, tenant):  # noqa: F811
