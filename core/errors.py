@@ -133,6 +133,14 @@ class PipelineFailed(JobFailure):
     retryable = True
 
 
+class EngineRejected(JobFailure):
+    """The inference engine refused the request itself (vLLM-Omni's ``OmniClientError``,
+    a 4xx-class problem such as a guardrail or an unsupported shape). Not retryable: the
+    same request is refused again. The message carries the engine's own words, clipped."""
+
+    code = "engine_rejected"
+
+
 class StorageFailed(JobFailure):
     """The object store refused or could not be reached. Retryable."""
 

@@ -18,10 +18,19 @@ from typing import Any
 
 import numpy as np
 
-from core.errors import ConfigurationError, EngineDead, JobCancelled, PipelineFailed
+from core.errors import (
+    ConfigurationError,
+    EngineDead,
+    EngineRejected,
+    JobCancelled,
+    JobFailure,
+    PipelineFailed,
+    clip,
+)
 
 POLL_S = 0.25
 ABORT_TIMEOUT_S = 10.0
+ENGINE_MESSAGE_LIMIT = 200
 
 
 def import_object(path: str) -> Any:
@@ -88,6 +97,17 @@ def is_dead(engine: Any, exc: BaseException) -> bool:
     return bool(getattr(engine, "errored", False)) or "EngineDead" in type(exc).__name__
 
 
+def is_client_error(exc: BaseException) -> bool:
+    """vLLM-Omni's ``OmniClientError``: a ValueError with a 4xx ``status_code``
+    (vllm_omni/errors.py:15-34 and :58-59), raised by ``generate`` when a stage refuses
+    the request (entrypoints/omni_base.py:545-551, 578-589). Told apart by its shape, as
+    vLLM-Omni's own ``client_error_metadata`` does, because ``vllm_omni.errors`` cannot
+    be imported without torch on CPU installs."""
+    status = getattr(exc, "status_code", None)
+    return (isinstance(exc, ValueError) and isinstance(status, int)
+            and not isinstance(status, bool) and 400 <= status < 500)
+
+
 class OmniBridge:
     def __init__(self, factory: Callable[[], Any]) -> None:
         self._loop = asyncio.new_event_loop()
@@ -139,9 +159,13 @@ class OmniBridge:
         if is_cancelled():  # the caller's ``finally`` aborts the engine request
             raise JobCancelled("job was cancelled")
 
-    def _translate(self, exc: BaseException) -> PipelineFailed:
+    def _translate(self, exc: BaseException) -> JobFailure:
         if is_dead(self.engine, exc):
             return EngineDead(f"inference engine died: {type(exc).__name__}")
+        if is_client_error(exc):
+            message = str(getattr(exc, "message", None) or exc)
+            return EngineRejected("the engine rejected the request: "
+                                  + clip(message, ENGINE_MESSAGE_LIMIT))
         return PipelineFailed(f"engine request failed: {type(exc).__name__}")
 
     def stream(self, prompt: Any, params: list[Any], request_id: str,
