@@ -4,8 +4,10 @@ Two chunk semantics exist in the wild and mixing them up loses or doubles audio:
 - cumulative snapshots (Audex's code2wav re-decodes everything so far): keep the
   longest snapshot; empty or shorter late snapshots never truncate what we have;
 - incremental frames (Piper, Qwen3-TTS): append, then concatenate once at the end.
-Sample rate and channel count are fixed by the first non-empty chunk. An aggregator
-belongs to exactly one job; there is no shared registry to leak between jobs.
+Sample rate and channel count are fixed by the first non-empty chunk. Whatever the
+semantics, ``add`` returns the samples that chunk adds to the job's audio, so a stream
+sends exactly what ends up stored. An aggregator belongs to exactly one job; there is no
+shared registry to leak between jobs.
 """
 
 from __future__ import annotations
@@ -76,9 +78,10 @@ class AudioAggregator:
         self._parts: list[np.ndarray] = []
         self._longest: np.ndarray | None = None
 
-    def add(self, samples: np.ndarray, sample_rate: int) -> None:
+    def add(self, samples: np.ndarray, sample_rate: int) -> np.ndarray:
+        """Take one chunk; return the (C, k) samples it adds (k may be 0)."""
         if np.size(samples) == 0:
-            return  # empty payloads happen (warm-up steps, trailing snapshots): ignore
+            return self._nothing()  # empty payloads happen (warm-up, trailing snapshots)
         if not sample_rate or not np.isfinite(sample_rate) or sample_rate <= 0:
             raise OutputInvalid(f"invalid sample rate {sample_rate!r}",
                                 code="sample_rate_invalid")
@@ -93,8 +96,15 @@ class AudioAggregator:
                                 f"{arr.shape[0]}", code="audio_format_changed")
         if self.mode == "incremental":
             self._parts.append(arr)
-        elif self._longest is None or arr.shape[1] > self._longest.shape[1]:
-            self._longest = arr
+            return arr
+        had = self.frames
+        if arr.shape[1] <= had:
+            return self._nothing()  # a shorter or equal late snapshot adds nothing
+        self._longest = arr
+        return arr[:, had:]
+
+    def _nothing(self) -> np.ndarray:
+        return np.zeros((self.channels or 1, 0), dtype=np.float32)
 
     @property
     def frames(self) -> int:
