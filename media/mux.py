@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import tempfile
 from pathlib import Path
 
@@ -50,3 +51,27 @@ def _mux_to(path: Path, frames: np.ndarray, fps: int, audio: Audio | None) -> No
                 encode_into(container, astream, audio)
     except (av.FFmpegError, ValueError) as exc:
         raise EncodingFailed(f"mp4 muxing failed ({type(exc).__name__})") from exc
+
+
+def remux_faststart(data: bytes) -> bytes:
+    """The same MP4 with its index moved to the front, by stream copy (no re-encode).
+
+    Engines that write MP4s to memory (vLLM-Omni's ``mux_av_video_audio_bytes``) leave
+    the index after the media data, so a player must fetch the whole file first.
+    """
+    with tempfile.TemporaryDirectory(prefix="omnijobs-remux-") as tmp:
+        path = Path(tmp) / "out.mp4"
+        try:
+            with av.open(io.BytesIO(data), mode="r", format="mp4") as src, \
+                    av.open(str(path), mode="w", format="mp4",
+                            options={"movflags": "+faststart"}) as dst:
+                kept = [s for s in src.streams if s.type in ("video", "audio")]
+                copies = {s.index: dst.add_stream_from_template(s) for s in kept}
+                for packet in src.demux(kept):
+                    if packet.dts is None:  # the demuxer's end-of-stream marker
+                        continue
+                    packet.stream = copies[packet.stream.index]
+                    dst.mux(packet)
+        except (av.FFmpegError, ValueError) as exc:
+            raise EncodingFailed(f"mp4 remux failed ({type(exc).__name__})") from exc
+        return path.read_bytes()

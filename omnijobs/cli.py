@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -89,7 +90,8 @@ def worker(
         help="Pipeline(s) to serve; default: every enabled one")] = None,
     maintenance: Annotated[bool, typer.Option(help="Also run relay/reaper tasks")] = True,
     beat: Annotated[bool, typer.Option(help="Embed the periodic scheduler")] = False,
-    gpu: Annotated[int | None, typer.Option(help="Pin this process to one GPU")] = None,
+    gpu: Annotated[str | None, typer.Option(
+        help="Pin this process to its GPU(s): 0, or 2,3,4,5,6,7 for a multi-GPU deploy")] = None,
     metrics_port: Annotated[int | None, typer.Option(help="Serve Prometheus metrics")] = None,
     loglevel: str = "INFO",
     supervise: Annotated[bool, typer.Option(hidden=True)] = True,
@@ -100,7 +102,9 @@ def worker(
     its child and starts a fresh one whenever the worker exits asking for a restart
     (a dead inference engine)."""
     if gpu is not None:
-        os.environ["CUDA_VISIBLE_DEVICES"] = str(gpu)
+        if not re.fullmatch(r"\d+(,\d+)*", gpu):
+            raise typer.BadParameter("a GPU index or a comma-separated list", param_hint="--gpu")
+        os.environ["CUDA_VISIBLE_DEVICES"] = gpu
     if supervise:
         raise typer.Exit(_supervise([*sys.argv[1:], "--no-supervise"]))
     _run_worker(pipeline, maintenance, beat, metrics_port, loglevel)

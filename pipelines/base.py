@@ -87,12 +87,26 @@ class VideoResult:
     mp4: list[bytes] | None = None
 
 
+RATIO_TOLERANCE = 0.02
+
+
+def named_ratio(width: int, height: int, ratios: tuple[tuple[int, int], ...]
+                ) -> tuple[int, int] | None:
+    """The listed aspect ratio ``width x height`` has (within 2 %), if any."""
+    for w, h in ratios:
+        if abs(width / max(height, 1) - w / h) <= RATIO_TOLERANCE * w / h:
+            return w, h
+    return None
+
+
 @dataclass(frozen=True)
 class VideoLimits:
     max_seconds: float = 20.0
+    min_seconds: float = 0.0  # exclusive when 0
     max_width: int = 1920
     max_height: int = 1920
     max_fps: int = 60
+    fixed_fps: int | None = None  # the only rate the model renders
     max_n: int = 4
     default_size: str = "448x256"
     default_seconds: float = 4.0
@@ -100,6 +114,20 @@ class VideoLimits:
     makes_audio: bool = True
     aspect_ratios: tuple[tuple[int, int], ...] | None = None  # None: any
     max_raw_bytes: int = 2 * 2**30  # n x frames x H x W x 3 held in memory for finalize
+    # The engine's own grid, which finalize holds its output to: frame counts rounded up
+    # to ``step * n + offset`` and width/height floored to a multiple of ``size_multiple``.
+    frame_grid: tuple[int, int] | None = None
+    size_multiple: int = 1
+    random_seed: bool = False  # an unseeded job gets a random seed, recorded at submit
+
+    def rendered(self, req: VideoRequest) -> tuple[int, int, int]:
+        """(frames, width, height) the model makes for ``req``."""
+        frames = req.frames
+        if self.frame_grid is not None:
+            step, offset = self.frame_grid
+            frames += (offset - frames) % step
+        m = self.size_multiple
+        return frames, req.width // m * m, req.height // m * m
 
 
 @dataclass(frozen=True)
@@ -173,24 +201,28 @@ class PipelineSpec:
         if lim is None:
             raise InvalidRequest(f"'{clip(self.models[0])}' does not generate video",
                                  param="model", code="unsupported_model")
+        frames, width, height = lim.rendered(req)
         checks = [
-            (0 < req.seconds <= lim.max_seconds, "seconds",
-             f"seconds must be in (0, {lim.max_seconds}]"),
+            (lim.min_seconds <= req.seconds <= lim.max_seconds and req.seconds > 0, "seconds",
+             f"seconds must be in [{lim.min_seconds:g}, {lim.max_seconds:g}]" if lim.min_seconds
+             else f"seconds must be in (0, {lim.max_seconds:g}]"),
             (0 < req.width <= lim.max_width and 0 < req.height <= lim.max_height, "size",
              f"size must be at most {lim.max_width}x{lim.max_height}"),
+            (width > 0 and height > 0, "size",
+             f"width and height must be at least {lim.size_multiple}"),
             (req.width % 2 == 0 and req.height % 2 == 0, "size",
              "width and height must be even (H.264 yuv420p)"),
             (1 <= req.fps <= lim.max_fps, "fps", f"fps must be in [1, {lim.max_fps}]"),
+            (lim.fixed_fps in (None, req.fps), "fps",
+             f"'{clip(self.models[0])}' renders at {lim.fixed_fps} fps only"),
             (1 <= req.n <= lim.max_n, "n", f"n must be in [1, {lim.max_n}]"),
             (lim.makes_audio or not req.generate_audio, "generate_audio",
              f"'{clip(self.models[0])}' does not generate audio"),
-            (req.n * req.frames * req.width * req.height * 3 <= lim.max_raw_bytes, "size",
+            (req.n * frames * width * height * 3 <= lim.max_raw_bytes, "size",
              f"n x frames x size is too large: at most {lim.max_raw_bytes / 2**30:g} GiB "
              "of raw frames per job"),
-            (lim.aspect_ratios is None or any(
-                abs(req.width / max(req.height, 1) - w / h) <= 0.02 * w / h
-                for w, h in lim.aspect_ratios), "size",
-             "size must have one of the aspect ratios " + ", ".join(
+            (lim.aspect_ratios is None or named_ratio(req.width, req.height, lim.aspect_ratios),
+             "size", "size must have one of the aspect ratios " + ", ".join(
                  f"{w}:{h}" for w, h in lim.aspect_ratios or ())),
         ]
         for ok, param, message in checks:

@@ -2,10 +2,22 @@
 
 Options (``OMNIJOBS_PIPELINE_OPTIONS[<name>]``): ``model``, ``deploy_config`` (default
 ``minimax_h3_disaggregated.yaml``), ``engine_kwargs``, ``engine_factory``, and
-``preencode_mp4`` (ask the engine for finished MP4s; they are probed and uploaded as
-is). The request becomes a prompt plus a deep copy of the engine's diffusion
-sampling defaults; the output (frames, (B, C, N) audio, fps, audio sample rate, or
-pre-encoded MP4 bytes with ``audio: [None]``) goes to the shared video finalize path.
+``preencode_mp4`` (ask the engine for finished MP4s; they are probed and uploaded
+without re-encoding). The request becomes a prompt plus a deep copy of the engine's
+diffusion sampling defaults; the output (frames, (B, C, N) audio, fps, audio sample
+rate, or pre-encoded MP4 bytes with ``audio: [None]``) goes to the shared video
+finalize path.
+
+MiniMax-H3's contract, as vllm-omni 0.30.0 enforces it in
+``model_executor/models/minimax_h3/encoder_processing.py:145-211`` (``resolve_minimax_h3_shape``):
+fps is fixed at 24 (:156-158, any other rate is an ``OmniClientError``), the duration
+must be 4-15 s (:45-47, :174-182), a text-to-video request must name its aspect ratio
+(``preprocessing.py:105-107``), frame counts are rounded up to 17n+5
+(``diffusion/models/minimax_h3/time_request.py:10-17``) and width/height floored to a
+multiple of 32 (:199-200; decode crops to it, pipeline_minimax_h3.py:2094). We reject
+what the engine would refuse at submit, accept its grid, and record what it made.
+Those modules import torch, so the constants are copied here (the API validates without
+vllm-omni); tests pin them against vllm-omni's source.
 """
 
 from __future__ import annotations
@@ -16,12 +28,25 @@ from typing import Any
 from core.errors import PipelineFailed
 from core.jobs import JobKind
 
-from .base import Pipeline, PipelineSpec, RunContext, VideoLimits, VideoRequest, VideoResult
+from .base import (
+    Pipeline,
+    PipelineSpec,
+    RunContext,
+    VideoLimits,
+    VideoRequest,
+    VideoResult,
+    named_ratio,
+)
 from .omni_bridge import OmniBridge, import_object, scalar, to_array, to_numpy
 from .registry import register_pipeline
 
 ENGINE_FACTORY = "pipelines.omni_bridge:build_async_omni"
+# MINIMAX_H3_SUPPORTED_ASPECT_RATIOS, model_executor/models/minimax_h3/preprocessing.py:39-46
 H3_RATIOS = ((21, 9), (16, 9), (4, 3), (1, 1), (3, 4), (9, 16))
+H3_FPS = 24  # MINIMAX_H3_FPS, encoder_processing.py:45
+H3_MIN_S, H3_MAX_S = 4.0, 15.0  # encoder_processing.py:46-47 (long_video.py:29 without long_video)
+H3_FRAME_GRID = (17, 5)  # time_request.py:10-17
+H3_SIZE_MULTIPLE = 32  # encoder_processing.py:199-200
 
 
 def diffusion_params(params: list[Any]) -> Any:
@@ -32,17 +57,28 @@ def diffusion_params(params: list[Any]) -> Any:
     raise PipelineFailed("engine has no diffusion stage", retryable=False)
 
 
+def aspect_ratio(width: int, height: int) -> str:
+    """The named ratio H3 needs (``"16:9"``); validation at submit guarantees one."""
+    ratio = named_ratio(width, height, H3_RATIOS)
+    if ratio is None:
+        raise PipelineFailed(f"{width}x{height} has no supported aspect ratio", retryable=False)
+    return f"{ratio[0]}:{ratio[1]}"
+
+
 def apply_request(gp: Any, request: VideoRequest, preencode: bool) -> None:
+    """As vLLM-Omni's video endpoint maps a request (entrypoints/openai/serving_video.py:
+    386-396, 403-405, 425-426); the explicit ``aspect_ratio`` is what H3 requires."""
     gp.width, gp.height = request.width, request.height
     gp.num_frames = request.frames
     gp.fps, gp.frame_rate = request.fps, float(request.fps)
     gp.num_outputs_per_prompt = request.n
-    if request.seed is not None:
+    if request.seed is not None:  # else the deploy's seed (42) for every job
         gp.seed = request.seed
     if request.guidance_scale is not None:
         gp.guidance_scale = request.guidance_scale
     gp.extra_args = dict(getattr(gp, "extra_args", None) or {})
-    gp.extra_args.update(duration=float(request.seconds), generate_sound=request.generate_audio)
+    gp.extra_args.update(duration=float(request.seconds), generate_sound=request.generate_audio,
+                         aspect_ratio=aspect_ratio(request.width, request.height))
     if preencode:
         gp.extra_args["preencode_mp4"] = True
 
@@ -86,9 +122,15 @@ class MiniMaxH3(Pipeline):
         name="minimax-h3", kind=JobKind.VIDEO, models=("MiniMaxAI/MiniMax-H3", "minimax-h3"),
         description="MiniMax-H3 text-to-video-with-audio on vLLM-Omni (GPU)",
         sample_rate=32000, channels=2, max_input_chars=4000,
-        video=VideoLimits(max_seconds=20.0, max_width=1920, max_height=1920, max_fps=60,
-                          max_n=4, default_size="1280x720", default_seconds=5.0,
-                          default_fps=24, makes_audio=True, aspect_ratios=H3_RATIOS))
+        video=VideoLimits(min_seconds=H3_MIN_S, max_seconds=H3_MAX_S, max_width=1920,
+                          max_height=1920, max_fps=H3_FPS, fixed_fps=H3_FPS, max_n=4,
+                          default_size="1280x720", default_seconds=5.0, default_fps=H3_FPS,
+                          makes_audio=True, aspect_ratios=H3_RATIOS, frame_grid=H3_FRAME_GRID,
+                          size_multiple=H3_SIZE_MULTIPLE, random_seed=True))
+
+    # The smallest request the engine accepts: the worker proves its engine before jobs.
+    WARM_UP = VideoRequest(prompt="warm up", seconds=H3_MIN_S, width=448, height=256,
+                           fps=H3_FPS, seed=0)
 
     def load(self) -> None:
         model = self.options.get("model", self.spec.models[0])
@@ -97,8 +139,7 @@ class MiniMaxH3(Pipeline):
         kwargs = self.options.get("engine_kwargs", {})
         self._bridge = OmniBridge(lambda: factory(model, deploy, **kwargs))
         self._preencode = bool(self.options.get("preencode_mp4", False))
-        warm = VideoRequest(prompt="warm up", seconds=1.0, width=448, height=256, fps=24)
-        self.video(warm, RunContext(job_id="warmup"))
+        self.video(self.WARM_UP, RunContext(job_id="warmup"))
 
     def video(self, request: VideoRequest, ctx: RunContext) -> VideoResult:
         params = self._bridge.default_params()

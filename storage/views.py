@@ -73,6 +73,7 @@ class VideoPublic(BaseModel):
     prompt: str
     fps: float
     n: int
+    seed: int | None
     audio_sample_rate: int | None
     error: JobError | None
     outputs: list[OutputPublic]
@@ -108,8 +109,8 @@ def video_view(job: JobRecord, store: ObjectStore, url_ttl_s: int) -> VideoPubli
         progress=job.progress, created_at=pub.created_at, completed_at=pub.completed_at,
         expires_at=None, size=req["size"], seconds=f"{float(req['seconds']):g}",
         prompt=req["prompt"], fps=float(req["fps"]), n=int(req.get("n", 1)),
-        audio_sample_rate=rates.pop() if len(rates) == 1 else None, error=pub.error,
-        outputs=pub.outputs, metadata=job.metadata)
+        seed=req.get("seed"), audio_sample_rate=rates.pop() if len(rates) == 1 else None,
+        error=pub.error, outputs=pub.outputs, metadata=job.metadata)
 
 
 def resource_view(job: JobRecord, store: ObjectStore, url_ttl_s: int) -> JobPublic | VideoPublic:

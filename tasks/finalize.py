@@ -10,7 +10,7 @@ import numpy as np
 from core.errors import EncodingFailed, JobCancelled, OutputInvalid
 from media.audio import Audio
 from media.encode import FORMATS, encode_audio, target_rate
-from media.mux import mux_mp4
+from media.mux import mux_mp4, remux_faststart
 from media.probe import probe_audio, probe_video
 from media.validate import AudioBounds, validate_audio
 from media.verify import (
@@ -106,19 +106,24 @@ def _record(index: int, key: str, data: bytes, sha: str, probe) -> OutputRecord:
 
 
 def _preencoded_output(store: ObjectStore, guard: Guard, job: JobRecord, index: int,
-                       data: bytes, request: VideoRequest, want_audio: bool,
-                       bounds: AudioBounds) -> OutputRecord:
-    """An MP4 the pipeline already muxed: probe it, check it, upload it untouched."""
+                       data: bytes, request: VideoRequest, declared: tuple[int, int, int],
+                       want_audio: bool, bounds: AudioBounds) -> OutputRecord:
+    """An MP4 the pipeline already muxed: probe it, check it, upload it never re-encoded.
+    One whose index is at the end is remuxed to faststart by stream copy first."""
     probe = probe_video(data)
+    if probe.frames > 0 and not probe.faststart:
+        data = remux_faststart(data)
+        probe = probe_video(data)
     if probe.frames <= 0 or probe.fps <= 0:
         raise OutputInvalid("pre-encoded video has no frames", code="no_frames")
     fps = coerce_fps(probe.fps)
     check_container(probe)
-    if (probe.width, probe.height) != (request.width, request.height):
+    frames, width, height = declared
+    if (probe.width, probe.height) != (width, height):
         raise EncodingFailed(f"pre-encoded video is {probe.width}x{probe.height}, expected "
-                             f"{request.width}x{request.height}", code="video_mismatch")
-    if fps == request.fps and probe.frames != request.frames:
-        raise OutputInvalid(f"{probe.frames} frames generated, {request.frames} declared",
+                             f"{width}x{height}", code="video_mismatch")
+    if fps == request.fps and probe.frames != frames:
+        raise OutputInvalid(f"{probe.frames} frames generated, {frames} declared",
                             code="frame_count_mismatch")
     if want_audio and probe.audio is None:
         raise EncodingFailed("pre-encoded video has no audio track", code="audio_missing")
@@ -136,18 +141,19 @@ def finalize_video(store: ObjectStore, job: JobRecord, spec: PipelineSpec,
     want_audio = request.generate_audio and spec.video is not None and spec.video.makes_audio
     bounds = AudioBounds(min_s=0.0, max_s=spec.video.max_seconds + 1.0,
                          silence_rms=spec.audio_bounds.silence_rms)
+    declared = spec.video.rendered(request)  # the model's frame/size grid, not the ask
     if result.mp4 is not None:
         if len(result.mp4) != request.n:
             raise OutputInvalid(f"{len(result.mp4)} videos generated, {request.n} requested",
                                 code="video_count_mismatch")
-        return [_preencoded_output(store, guard, job, i, data, request, want_audio, bounds)
-                for i, data in enumerate(result.mp4)]
+        return [_preencoded_output(store, guard, job, i, data, request, declared, want_audio,
+                                   bounds) for i, data in enumerate(result.mp4)]
     fps = coerce_fps(result.fps)
     clips = split_videos(result.videos, request.n)
     tracks = pair_audio(result.audio, len(clips)) if want_audio else [None] * len(clips)
     if want_audio and any(t is None for t in tracks):
         raise OutputInvalid("audio was requested but not generated", code="no_audio")
-    expected = request.frames if abs(fps - request.fps) < 1e-6 else None
+    expected = declared[0] if abs(fps - request.fps) < 1e-6 else None
     outputs = []
     for i, (clip, track) in enumerate(zip(clips, tracks, strict=True)):
         outputs.append(_video_output(store, guard, job, i, clip, fps, track,

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
+import secrets
+
 from fastapi import APIRouter, Depends, Header, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
@@ -78,6 +81,16 @@ def video_request(spec: PipelineSpec, body: VideoCreate) -> dict:
     return request
 
 
+def draw_seed(tenant: str, idempotency_key: str | None) -> int:
+    """A random seed for an unseeded job, recorded in its request so a rerun reproduces
+    the clip. Under an Idempotency-Key it is derived from the key, so a retried submit
+    is the same request and returns the same job."""
+    if idempotency_key is None:
+        return secrets.randbelow(2**31)
+    digest = hashlib.sha256(f"{tenant}\0{idempotency_key}".encode()).digest()
+    return int.from_bytes(digest[:4], "big") >> 1
+
+
 def video_public(svc: Services, job) -> VideoPublic:
     return video_view(job, svc.store, svc.settings.signed_url_ttl_s)
 
@@ -93,6 +106,8 @@ async def create_video(request: Request, svc: Services = Depends(services),
         raise RequestValidationError(exc.errors()) from None
     spec = pick_spec(svc, body.model)
     fields = video_request(spec, body)
+    if fields["seed"] is None and spec.video.random_seed:
+        fields["seed"] = draw_seed(tenant, idempotency_key)
     job = await run_in_threadpool(submit, svc, tenant=tenant, spec=spec,
                                   model=body.model or spec.models[0], request=fields,
                                   metadata=body.metadata, idempotency_key=idempotency_key)
