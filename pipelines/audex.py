@@ -10,18 +10,34 @@ model name: a deployment whose engine is not what the pipeline serves refuses to
 start. Prompts come from vLLM-Omni's own Audex prompt builder. Classifier-free guidance
 pairs (``cfg_role``, ``cfg_pair_id``, ``cfg_null_prompt``) and the TTA RVQ mask are set
 here per job; callers may only choose ``cfg_scale``.
+
+Every stage streams DELTA outputs, as vLLM-Omni's speech server does for streaming
+(entrypoints/openai/serving_speech.py:1942-1955, entrypoints/utils.py:342-356): each
+output carries only the audio decoded since the previous one, so nothing is copied
+twice (CUMULATIVE re-concatenates the whole waveform at every step,
+outputs/output_processor.py:219-222) and each chunk can be streamed on as it comes.
+
+TTS length: the thinker emits one codec frame per 320-sample hop at 16 kHz (50 per
+second) and stops at ``max_tokens`` (2048, about 41 s, audex_tts.yaml:56-60) or when its
+4096-token context is full (audex_tts.yaml:49). Each job's ``max_tokens`` is raised
+from its text to what a slow speaker needs, within that context; the spec caps the text
+so it fits; and speech that still reaches the limit fails as ``speech_truncated``
+rather than completing cut short. Option ``max_model_len`` follows a deploy yaml that
+changes stage 0's context.
 """
 
 from __future__ import annotations
 
 import importlib
 import importlib.util
+import math
+import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
-from core.errors import ConfigurationError
+from core.errors import ConfigurationError, OutputInvalid
 from core.jobs import JobKind
 from media.validate import AudioBounds
 
@@ -30,11 +46,19 @@ from .omni_bridge import OmniBridge, import_object, output_kind, scalar, to_nump
 from .registry import register_pipeline
 
 Mode = Literal["tts", "tta", "text"]
-SAMPLE_RATE = 16000
+# Copied: the modules defining these import torch, vllm or transformers; tests pin them.
+SAMPLE_RATE = 16000  # speech_decoder/configuration_audex_causal_speech_decoder.py:31
+CODEC_HOP = 320  # speech_decoder/configuration_audex_causal_speech_decoder.py:28
+CODES_PER_S = SAMPLE_RATE // CODEC_HOP
+TTS_CONTEXT_TOKENS = 4096  # stage-0 max_model_len, audex_tts.yaml:49, audex_tts_30b.yaml:47
+SLOWEST_CHARS_PER_S = 10.0  # a slow speaker: the budget a text gets
+TTS_MAX_INPUT_CHARS = 700  # 72 s at that pace plus the prompt fits the context
+TRUNCATION_SLACK_CODES = 25  # one codec chunk (audex_tts.yaml:33)
 CFG_FIELDS = frozenset({"cfg_role", "cfg_pair_id", "cfg_null_prompt", "tta_rvq"})
-GUIDED_TTS_TEMPERATURE = 0.05
-TTA_DEFAULT_CFG = 3.0
-TTA_MAX_SECONDS = 10.0
+GUIDED_TTS_TEMPERATURE = 0.05  # tts_adapters/audex.py:166
+TTA_DEFAULT_CFG = 3.0  # tts_adapters/audex_tta.py:22
+TTA_MAX_SECONDS = 10.0  # audex_tta.yaml:8-9
+# tta.py:47-48; the cap is written inline at tts_adapters/audex_tta.py:139
 RVQ_CODEBOOKS, RVQ_CODEBOOK_SIZE, RVQ_CODEC_CAP = 4, 1024, 4000
 ENGINE_FACTORY = "pipelines.omni_bridge:build_async_omni"
 TOKENIZER_FACTORY = "pipelines.audex:load_tokenizer"
@@ -70,11 +94,22 @@ def prompt_module() -> Any:
         return module
 
 
-def load_tokenizer(model: str) -> Any:
-    """The thinker's tokenizer (``checkpoint_folder_audiogen``), for CFG null prompts."""
+def tokenizer_folder(stages: set[str]) -> str:
+    """``audex_omni`` (speech-to-speech) reads the full checkpoint, the others the
+    audiogen one (entrypoints/openai/tts_adapters/audex.py:50-52)."""
+    return "checkpoint_folder_full" if "audex_omni" in stages else "checkpoint_folder_audiogen"
+
+
+def load_tokenizer(model: str, folder: str = "checkpoint_folder_audiogen") -> Any:
+    """The thinker's tokenizer, for CFG null prompts and token budgets. ``model`` is the
+    checkpoint root (a path or hub id) or one of its ``checkpoint_folder_*`` folders,
+    as vLLM-Omni's Audex adapter takes it (tts_adapters/audex.py:53-59)."""
     from transformers import AutoTokenizer
 
-    return AutoTokenizer.from_pretrained(model, subfolder="checkpoint_folder_audiogen")
+    path = os.path.normpath(model)
+    if os.path.basename(path).startswith("checkpoint_folder"):
+        return AutoTokenizer.from_pretrained(os.path.join(os.path.dirname(path), folder))
+    return AutoTokenizer.from_pretrained(model, subfolder=folder)
 
 
 def tta_rvq(tokenizer: Any) -> dict[str, Any]:
@@ -97,9 +132,10 @@ def tta_rvq(tokenizer: Any) -> dict[str, Any]:
 
 
 def audio_pieces(mm: Any, default_rate: int) -> list[AudioPiece]:
-    """Audio from ``multimodal_output``: key "audio" (or "model_outputs"), a tensor or a
-    list of cumulative snapshots (only the longest is copied off the device; the
-    aggregator would keep no other); ``sr`` an int, a 0-d tensor or a list of them."""
+    """The new audio in one DELTA output's ``multimodal_output``: key "audio" (or
+    "model_outputs"), a tensor or a list of chunks not yet concatenated (the engine
+    appends chunks and joins them only when a request finishes, outputs/mm_outputs.py:
+    154-175), each new audio, in order; ``sr`` an int, a 0-d tensor or a list of them."""
     if not mm:
         return []
     key = "audio" if "audio" in mm else "model_outputs" if "model_outputs" in mm else None
@@ -107,9 +143,9 @@ def audio_pieces(mm: Any, default_rate: int) -> list[AudioPiece]:
         return []
     rate = int(scalar(mm.get("sr")) or default_rate)
     value = mm[key]
-    if isinstance(value, (list, tuple)):  # a history of cumulative snapshots
-        value = max((v for v in value if v is not None), key=_length, default=None)
-    return [] if value is None else [AudioPiece(to_numpy(value).reshape(-1), rate)]
+    chunks = value if isinstance(value, (list, tuple)) else [value]
+    return [AudioPiece(to_numpy(c).reshape(-1), rate) for c in chunks
+            if c is not None and _length(c) > 0]
 
 
 def _length(snapshot: Any) -> int:
@@ -121,6 +157,7 @@ class AudexPipeline(Pipeline):
     mode: ClassVar[Mode]
     default_model: ClassVar[str]
     default_deploy: ClassVar[str]
+    context_tokens: ClassVar[int] = TTS_CONTEXT_TOKENS
 
     @property
     def timeout_s(self) -> float:
@@ -138,8 +175,9 @@ class AudexPipeline(Pipeline):
         if found != self.mode:
             raise ConfigurationError(f"{self.spec.name} serves {self.mode.upper()} but deploy "
                                      f"config {deploy} builds a {found.upper()} engine")
-        self._tokenizer = import_object(self.options.get("tokenizer_factory",
-                                                         TOKENIZER_FACTORY))(model)
+        self._tokenizer = import_object(self.options.get("tokenizer_factory", TOKENIZER_FACTORY))(
+            model, tokenizer_folder(self._bridge.stages))
+        self._context = int(self.options.get("max_model_len", self.context_tokens))
         self._prompts = prompt_module()
         self._rvq = tta_rvq(self._tokenizer) if self.mode == "tta" else None
         for _ in self.speech(SpeechRequest(input="Warm up."), RunContext(job_id="warmup")):
@@ -155,12 +193,23 @@ class AudexPipeline(Pipeline):
             return self._prompts.build_tta_null_prompt(cond, self._tokenizer)
         return self._prompts.build_null_prompt(cond, self._tokenizer)
 
-    def request_params(self, cond: str, cfg_scale: float | None, request_id: str) -> list:
-        """Deep-copied engine defaults with this job's guidance and masks set."""
+    def token_budget(self, cond: str, text: str, default: int | None) -> int:
+        """Codec frames the thinker may emit for ``text``: what a slow speaker needs (at
+        least the deploy's default), never more than the prompt leaves of the context."""
+        room = self._context - len(self._tokenizer.encode(cond))
+        want = math.ceil((len(text) / SLOWEST_CHARS_PER_S + 2) * CODES_PER_S)
+        return max(1, min(room, max(default or 0, want)))
+
+    def request_params(self, cond: str, text: str, cfg_scale: float | None,
+                       request_id: str) -> list:
+        """Deep-copied engine defaults with this job's output kind, length, guidance and
+        masks set."""
         params = self._bridge.default_params()
         for p in params:
-            p.output_kind = output_kind("CUMULATIVE")
+            p.output_kind = output_kind("DELTA")
         stage0 = params[0]
+        if self.mode == "tts":
+            stage0.max_tokens = self.token_budget(cond, text, stage0.max_tokens)
         if getattr(stage0, "extra_args", None) is None:
             stage0.extra_args = {}
         extra = stage0.extra_args
@@ -179,21 +228,38 @@ class AudexPipeline(Pipeline):
     def speech(self, request: SpeechRequest, ctx: RunContext) -> Iterator[AudioPiece]:
         cond = self.cond_prompt(request.input)
         request_id = f"{ctx.job_id}-{uuid.uuid4().hex[:8]}"
-        params = self.request_params(cond, request.extra.get("cfg_scale"), request_id)
+        params = self.request_params(cond, request.input, request.extra.get("cfg_scale"),
+                                     request_id)
         expected_s = TTA_MAX_SECONDS if self.mode == "tta" else max(1.0, len(request.input) / 14)
+        samples = 0
         for out in self._bridge.stream({"prompt": cond}, params, request_id,
                                        ctx.is_cancelled, ["audio"], self.timeout_s):
             for piece in audio_pieces(out.multimodal_output, SAMPLE_RATE):
+                samples += len(piece.samples)
                 yield piece
-                ctx.report_progress(min(0.95, len(piece.samples) / SAMPLE_RATE / expected_s))
+                ctx.report_progress(min(0.95, samples / SAMPLE_RATE / expected_s))
+        if self.mode == "tts":
+            check_not_cut(samples, params[0].max_tokens)
 
 
-def _spec(name: str, mode: Mode, models: tuple[str, ...], max_s: float) -> PipelineSpec:
+def check_not_cut(samples: int, max_tokens: int | None) -> None:
+    """Speech that reaches the thinker's token limit was cut mid-text: fail, never
+    complete with it. (A natural stop within one codec chunk of the limit reads the same.)"""
+    if max_tokens and samples >= (max_tokens - TRUNCATION_SLACK_CODES) * CODEC_HOP:
+        raise OutputInvalid(f"speech reached the engine's limit of {max_tokens} codec frames "
+                            f"({max_tokens / CODES_PER_S:.0f} s) and was cut; send shorter "
+                            "text", code="speech_truncated")
+
+
+def _spec(name: str, mode: Mode, models: tuple[str, ...]) -> PipelineSpec:
+    tts = mode == "tts"
     return PipelineSpec(
         name=name, kind=JobKind.SPEECH, models=models,
         description=f"Nemotron Audex {mode.upper()} on vLLM-Omni (GPU)",
-        audio_mode="cumulative", sample_rate=SAMPLE_RATE, channels=1, max_input_chars=4096,
-        audio_bounds=AudioBounds(min_s=0.05, max_s=max_s), voices=None,
+        audio_mode="incremental", sample_rate=SAMPLE_RATE, channels=1,
+        max_input_chars=TTS_MAX_INPUT_CHARS if tts else 4096,
+        audio_bounds=AudioBounds(min_s=0.05, max_s=TTS_CONTEXT_TOKENS / CODES_PER_S if tts
+                                 else TTA_MAX_SECONDS + 0.5), voices=None,
         extra_fields=frozenset({"cfg_scale"}), numeric_fields=(("cfg_scale", 1.0, 10.0),),
         reserved_fields=CFG_FIELDS, supports_speed=False)
 
@@ -203,7 +269,7 @@ class AudexTTS(AudexPipeline):
     mode = "tts"
     default_model = "nvidia/Nemotron-Labs-Audex-2B"
     default_deploy = "audex_tts.yaml"
-    spec = _spec("audex-tts", "tts", ("nvidia/Nemotron-Labs-Audex-2B", "audex-tts"), 600.0)
+    spec = _spec("audex-tts", "tts", ("nvidia/Nemotron-Labs-Audex-2B", "audex-tts"))
 
 
 @register_pipeline
@@ -212,7 +278,7 @@ class AudexTTS30B(AudexPipeline):
     default_model = "nvidia/Nemotron-Labs-Audex-30B-A3B"
     default_deploy = "audex_tts_30b.yaml"
     spec = _spec("audex-tts-30b", "tts",
-                 ("nvidia/Nemotron-Labs-Audex-30B-A3B", "audex-tts-30b"), 600.0)
+                 ("nvidia/Nemotron-Labs-Audex-30B-A3B", "audex-tts-30b"))
 
 
 @register_pipeline
@@ -220,8 +286,7 @@ class AudexTTA(AudexPipeline):
     mode = "tta"
     default_model = "nvidia/Nemotron-Labs-Audex-2B"
     default_deploy = "audex_tta.yaml"
-    spec = _spec("audex-tta", "tta", ("audex-tta", "nvidia/Nemotron-Labs-Audex-2B:tta"),
-                 TTA_MAX_SECONDS + 0.5)
+    spec = _spec("audex-tta", "tta", ("audex-tta", "nvidia/Nemotron-Labs-Audex-2B:tta"))
 
 
 @register_pipeline
@@ -230,5 +295,4 @@ class AudexTTA30B(AudexPipeline):
     default_model = "nvidia/Nemotron-Labs-Audex-30B-A3B"
     default_deploy = "audex_tta_30b.yaml"
     spec = _spec("audex-tta-30b", "tta",
-                 ("audex-tta-30b", "nvidia/Nemotron-Labs-Audex-30B-A3B:tta"),
-                 TTA_MAX_SECONDS + 0.5)
+                 ("audex-tta-30b", "nvidia/Nemotron-Labs-Audex-30B-A3B:tta"))
