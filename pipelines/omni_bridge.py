@@ -99,7 +99,7 @@ def is_dead(engine: Any, exc: BaseException) -> bool:
 
 def is_client_error(exc: BaseException) -> bool:
     """vLLM-Omni's ``OmniClientError``: a ValueError with a 4xx ``status_code``
-    (vllm_omni/errors.py:15-34 and :58-59), raised by ``generate`` when a stage refuses
+    (vllm_omni/errors.py:15-34 and :59-60), raised by ``generate`` when a stage refuses
     the request (entrypoints/omni_base.py:545-551, 578-589). Told apart by its shape, as
     vLLM-Omni's own ``client_error_metadata`` does, because ``vllm_omni.errors`` cannot
     be imported without torch on CPU installs."""

@@ -290,7 +290,7 @@ class FakeOmni:
     # ---- MiniMax-H3 --------------------------------------------------------------------
 
     def _video(self, params: list, prompt: dict) -> SimpleNamespace:
-        """pipeline_minimax_h3.py:2627-2700 and _minimax_h3_post_process (:352-396)."""
+        """pipeline_minimax_h3.py:2621-2691 (forward) and :352-396 (_minimax_h3_post_process)."""
         diffusion = [p for p in params if isinstance(p, DiffusionParams)]
         if len(diffusion) != 1:  # stage_input_processors/minimax_h3.py:22-33
             raise RuntimeError("MiniMax H3 encoding requires exactly one "
@@ -329,7 +329,7 @@ class FakeOmni:
 
 def mux_like_vllm_omni(frames: np.ndarray, audio: np.ndarray) -> bytes:
     """What vLLM-Omni's pre-encode path writes (diffusion/utils/media_utils.py:435-494,
-    reached through ChunkedMP4Encoder with H3's codec options, pipeline_minimax_h3.py:2607):
+    reached through ChunkedMP4Encoder with H3's codec options, pipeline_minimax_h3.py:2608):
     an in-memory MP4 without ``movflags``, so the index lands after the media data."""
     buf = io.BytesIO()
     with av.open(buf, mode="w", format="mp4") as container:
