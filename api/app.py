@@ -12,15 +12,16 @@ from core.settings import Settings
 from pipelines import import_pipeline_modules
 from storage.db import make_engine, make_sessionmaker, ping
 from storage.objects import make_store
-from storage.repositories import JobRepository, KeyRepository, OutboxRepository
+from storage.repositories import JobRepository, KeyRepository, OutboxRepository, WebhookRepository
 
-from .deps import Publisher, Services
+from .deps import Publisher, Services, WebhookTester
 from .errors import install_error_handlers
-from .routes import files, health, jobs, models, speech, videos
+from .routes import files, health, jobs, models, speech, videos, webhooks
 
 
 def create_app(settings: Settings, publish: Publisher,
-               broker_check: Callable[[], None] | None = None) -> FastAPI:
+               broker_check: Callable[[], None] | None = None,
+               webhook_tester: WebhookTester | None = None) -> FastAPI:
     import_pipeline_modules(settings.pipeline_modules)
     engine = make_engine(settings.db_url)
     sessions = make_sessionmaker(engine)
@@ -32,8 +33,9 @@ def create_app(settings: Settings, publish: Publisher,
     app = FastAPI(title="omnijobs", version=version("omnijobs"))
     app.state.services = Services(
         settings=settings, jobs=JobRepository(sessions), keys=KeyRepository(sessions),
-        outbox=OutboxRepository(sessions), store=store, publish=publish, ready_checks=checks)
+        outbox=OutboxRepository(sessions), store=store, publish=publish, ready_checks=checks,
+        webhooks=WebhookRepository(sessions), webhook_tester=webhook_tester)
     install_error_handlers(app)
-    for module in (speech, videos, jobs, models, files, health):
+    for module in (speech, videos, jobs, models, files, health, webhooks):
         app.include_router(module.router)
     return app

@@ -11,9 +11,11 @@ from core.errors import AuthenticationFailed
 from core.settings import Settings
 from storage.objects import ObjectStore
 from storage.records import OutboxRecord
-from storage.repositories import JobRepository, KeyRepository, OutboxRepository
+from storage.repositories import JobRepository, KeyRepository, OutboxRepository, WebhookRepository
 
 Publisher = Callable[[OutboxRecord], None]
+# (url, secrets, event_type) -> (status code, error): sends one sample event now.
+WebhookTester = Callable[[str, tuple[str, ...], str], tuple[int | None, str | None]]
 
 
 @dataclass
@@ -25,6 +27,8 @@ class Services:
     store: ObjectStore
     publish: Publisher
     ready_checks: dict[str, Callable[[], None]]
+    webhooks: WebhookRepository
+    webhook_tester: WebhookTester | None = None
 
 
 def services(request: Request) -> Services:

@@ -28,6 +28,18 @@ def check_metadata(value: dict[str, str] | None) -> dict[str, str] | None:
     return value
 
 
+def events_from_form(value):
+    """Multipart forms carry a list as a JSON string or comma-separated names."""
+    if isinstance(value, str):
+        import json
+
+        try:
+            return json.loads(value)
+        except ValueError:
+            return [v.strip() for v in value.split(",") if v.strip()]
+    return value
+
+
 class SpeechCreate(BaseModel):
     model_config = ConfigDict(extra="allow")
 
@@ -39,6 +51,8 @@ class SpeechCreate(BaseModel):
     instructions: str | None = Field(default=None, max_length=4096)
     stream_format: Literal["audio"] | None = None
     metadata: dict[str, str] | None = None
+    webhook_url: str | None = Field(default=None, max_length=2048)
+    webhook_events: list[str] | None = Field(default=None, max_length=8)
 
     _metadata = field_validator("metadata")(check_metadata)
 
@@ -92,8 +106,11 @@ class VideoCreate(BaseModel):
     guidance_scale: float | None = Field(default=None, ge=0, le=50)
     output_format: Literal["mp4"] = "mp4"
     metadata: dict[str, str] | None = None
+    webhook_url: str | None = Field(default=None, max_length=2048)
+    webhook_events: list[str] | None = Field(default=None, max_length=8)
 
     _metadata = field_validator("metadata")(check_metadata)
+    _events = field_validator("webhook_events", mode="before")(events_from_form)
 
     @field_validator("metadata", mode="before")
     @classmethod
@@ -116,3 +133,99 @@ class VideoDeleted(BaseModel):
     id: str
     object: Literal["video.deleted"] = "video.deleted"
     deleted: bool = True
+
+
+# ---- webhooks ----------------------------------------------------------------------
+
+class WebhookEndpointCreate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1, max_length=256)
+    url: str = Field(min_length=1, max_length=2048)
+    event_types: list[str] = Field(min_length=1, max_length=32)
+
+
+class WebhookEndpointUpdate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str | None = Field(default=None, min_length=1, max_length=256)
+    url: str | None = Field(default=None, min_length=1, max_length=2048)
+    event_types: list[str] | None = Field(default=None, min_length=1, max_length=32)
+
+
+class WebhookEndpointPublic(BaseModel):
+    """OpenAI's webhook_endpoint object (``disabled_at`` is ours: set after a 410)."""
+
+    id: str
+    object: Literal["webhook_endpoint"] = "webhook_endpoint"
+    name: str
+    url: str
+    event_types: list[str]
+    created_at: int
+    updated_at: int
+    signing_secret_hint: str
+    disabled_at: int | None = None
+
+
+class WebhookEndpointWithSecret(WebhookEndpointPublic):
+    signing_secret: str
+
+
+class WebhookEndpointDeleted(BaseModel):
+    id: str
+    object: Literal["webhook_endpoint.deleted"] = "webhook_endpoint.deleted"
+    deleted: bool = True
+
+
+class WebhookRotateSecret(BaseModel):
+    keep_old_secret_active_for_24_hours: bool = False
+
+
+class WebhookTest(BaseModel):
+    event_type: str = Field(max_length=64)
+
+
+class WebhookTestResult(BaseModel):
+    object: Literal["webhook_endpoint.test"] = "webhook_endpoint.test"
+    status_code: int
+    success: Literal[True] = True
+    event_type: str
+    webhook_endpoint_id: str
+
+
+class WebhookSecretPublic(BaseModel):
+    object: Literal["webhook_secret"] = "webhook_secret"
+    secret: str
+    created_at: int
+    previous_secret_expires_at: int | None
+
+
+class WebhookAttemptPublic(BaseModel):
+    attempted_at: int
+    url_host: str
+    status_code: int | None
+    error: str | None
+    duration_ms: int
+    next_attempt_at: int | None
+
+
+class WebhookDeliveryPublic(BaseModel):
+    id: str
+    object: Literal["webhook_delivery"] = "webhook_delivery"
+    event_id: str
+    event_type: str
+    webhook_endpoint_id: str | None
+    status: Literal["pending", "succeeded", "failed", "stopped"]
+    next_attempt_at: int | None
+    created_at: int
+    attempts: list[WebhookAttemptPublic]
+
+
+class WebhookDeliveryList(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[WebhookDeliveryPublic]
+
+
+class EventTypeList(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[str]

@@ -16,7 +16,7 @@ from fastapi.concurrency import run_in_threadpool
 from core.errors import Conflict, InvalidRequest, NotFound, ServiceUnavailable, clip
 from core.jobs import JobKind
 from pipelines import PipelineSpec
-from storage.records import JobRecord, NewJob
+from storage.records import JobRecord, JobWebhookRequest, NewJob
 from storage.views import JobPublic, job_view
 
 from .deps import Services
@@ -30,14 +30,16 @@ _WAIT = re.compile(r"(?:^|[,;\s])wait\s*=\s*(\d+(?:\.\d+)?)", re.I)
 
 
 def submit(svc: Services, *, tenant: str, spec: PipelineSpec, model: str, request: dict,
-           metadata: dict | None, idempotency_key: str | None) -> JobRecord:
+           metadata: dict | None, idempotency_key: str | None,
+           webhook: JobWebhookRequest | None = None) -> JobRecord:
     """Insert the job with its outbox message, then try to publish right away."""
     if idempotency_key is not None and not 1 <= len(idempotency_key) <= 255:
         raise InvalidRequest("Idempotency-Key must be 1 to 255 characters",
                              param="Idempotency-Key")
     new = NewJob(tenant_id=tenant, kind=spec.kind, model=model, pipeline=spec.name,
                  queue=spec.queue, request=request, metadata=metadata,
-                 max_attempts=svc.settings.max_attempts, idempotency_key=idempotency_key)
+                 max_attempts=svc.settings.max_attempts, idempotency_key=idempotency_key,
+                 webhook=webhook)
     try:
         job, msg = svc.jobs.create(new)
     except Exception as exc:

@@ -50,6 +50,14 @@ class InvalidRequest(OmniJobsError):
     code = "invalid_request"
 
 
+class WebhookUrlRefused(InvalidRequest):
+    """A webhook URL is malformed or reaches an address the SSRF guard refuses
+    (loopback, private, link-local, CGNAT, multicast, cloud metadata) and no allowed
+    network covers it. At delivery time the same check fails the attempt instead."""
+
+    code = "webhook_url_refused"
+
+
 class ModelNotFound(InvalidRequest):
     """The requested model is not served by any enabled pipeline."""
 

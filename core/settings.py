@@ -7,11 +7,12 @@ Production sets ``OMNIJOBS_MODE=production``; then placeholder secrets are refus
 
 from __future__ import annotations
 
+import ipaddress
 from functools import cached_property
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 PLACEHOLDER_SECRETS = frozenset({"", "change-me", "dev-insecure-signing-secret", "minioadmin",
@@ -24,6 +25,9 @@ DEFAULT_ALIASES = {
     "sora-2": "reference-t2va",
     "sora-2-pro": "reference-t2va",
 }
+
+# Immediately, 5 s, 5 min, 30 min, 2 h, 5 h, 10 h, 14 h, 20 h, 24 h (each after the last try).
+WEBHOOK_RETRY_SCHEDULE_S = (0, 5, 300, 1800, 7200, 18000, 36000, 50400, 72000, 86400)
 
 
 class Settings(BaseSettings):
@@ -64,6 +68,37 @@ class Settings(BaseSettings):
     pipeline_modules: list[str] = []
     model_aliases: dict[str, str] = DEFAULT_ALIASES
     pipeline_options: dict[str, dict[str, Any]] = {}
+
+    # ---- webhooks -------------------------------------------------------------------
+    webhook_retry_schedule_s: list[float] = Field(
+        default=list(WEBHOOK_RETRY_SCHEDULE_S), min_length=1, max_length=50,
+        description="Delay before each delivery attempt (the first is the initial one)")
+    webhook_timeout_s: float = Field(default=15.0, gt=0, le=120)
+    webhook_allowed_networks: list[str] | None = Field(
+        default=None, description="CIDRs webhooks may reach despite the SSRF guard; "
+        "default: loopback in the embedded mode, none in production")
+
+    @field_validator("webhook_retry_schedule_s")
+    @classmethod
+    def _schedule(cls, value: list[float]) -> list[float]:
+        """One delay per attempt, each after the previous try; the first try is
+        immediate, so the list starts with 0."""
+        if value[0] != 0 or any(d < 0 for d in value):
+            raise ValueError("retry delays start with 0 and are never negative")
+        return value
+
+    @field_validator("webhook_allowed_networks")
+    @classmethod
+    def _cidrs(cls, value: list[str] | None) -> list[str] | None:
+        for cidr in value or ():
+            ipaddress.ip_network(cidr, strict=False)  # ValueError names the bad entry
+        return value
+
+    @property
+    def webhook_networks(self) -> list[str]:
+        if self.webhook_allowed_networks is not None:
+            return self.webhook_allowed_networks
+        return ["127.0.0.0/8", "::1/128"] if self.mode == "embedded" else []
 
     @model_validator(mode="after")
     def _refuse_placeholders(self) -> Settings:

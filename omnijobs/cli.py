@@ -17,6 +17,8 @@ from core.settings import Settings
 cli = typer.Typer(help="omnijobs: durable speech and video jobs.", no_args_is_help=True)
 keys_cli = typer.Typer(help="Manage API keys.", no_args_is_help=True)
 cli.add_typer(keys_cli, name="keys")
+webhooks_cli = typer.Typer(help="Webhook signing secrets.", no_args_is_help=True)
+cli.add_typer(webhooks_cli, name="webhooks")
 
 
 def _settings() -> Settings:
@@ -60,9 +62,38 @@ def keys_create(tenant: Annotated[str, typer.Option(help="Tenant name (created i
     typer.echo(key)
 
 
+@webhooks_cli.command("secret")
+def webhooks_secret(
+    tenant: Annotated[str, typer.Option(help="Tenant name")],
+    rotate: Annotated[bool, typer.Option(help="Make a new secret; the old one stays valid "
+                                              "for 24 hours")] = False,
+) -> None:
+    """Print TENANT's default secret (signs per-job webhook_url deliveries) alone on the
+    last line, creating it if there is none."""
+    from storage.db import make_engine, make_sessionmaker
+    from storage.repositories import WebhookRepository
+
+    hooks = WebhookRepository(make_sessionmaker(make_engine(_settings().db_url)))
+    tenant_id = hooks.tenant_id(tenant)
+    if tenant_id is None:
+        typer.echo(f"no tenant named {tenant!r}", err=True)
+        raise typer.Exit(1)
+    record = hooks.rotate_default_secret(tenant_id) if rotate else hooks.default_secret(
+        tenant_id)
+    if rotate:
+        typer.echo(f"tenant {tenant}: new default webhook secret below; the previous one "
+                   f"stays valid until {record.previous_expires_at:%Y-%m-%d %H:%M} UTC")
+    else:
+        typer.echo(f"tenant {tenant}: default webhook secret")
+    typer.echo(record.secret)
+
+
 def build_api(settings: Settings):
+    from functools import partial
+
     from api.app import create_app
     from tasks.app import make_celery
+    from tasks.deliver import send_test
     from tasks.dispatch import publish
 
     celery = make_celery(settings, with_tasks=False)
@@ -71,7 +102,8 @@ def build_api(settings: Settings):
         with celery.connection_for_write() as conn:
             conn.ensure_connection(max_retries=1, timeout=2)
 
-    return create_app(settings, lambda msg: publish(celery, msg), broker_check)
+    return create_app(settings, lambda msg: publish(celery, msg), broker_check,
+                      webhook_tester=partial(send_test, settings))
 
 
 @cli.command()
@@ -145,7 +177,7 @@ def _run_worker(pipeline: list[str] | None, maintenance: bool, beat: bool,
                 metrics_port: int | None, loglevel: str) -> None:
     from pipelines import get_spec
     from tasks.app import make_celery
-    from tasks.dispatch import MAINTENANCE_QUEUE
+    from tasks.dispatch import MAINTENANCE_QUEUE, WEBHOOK_QUEUE
     from tasks.runtime import RESTART_EXIT, get_runtime
 
     _logging(loglevel)
@@ -158,6 +190,7 @@ def _run_worker(pipeline: list[str] | None, maintenance: bool, beat: bool,
     runtime = get_runtime(settings)
     runtime.warm(names)
     queues = [get_spec(n).queue for n in names] + ([MAINTENANCE_QUEUE] if maintenance else [])
+    queues += [WEBHOOK_QUEUE] if maintenance else []  # deliveries go with maintenance
     argv = ["worker", "--pool=solo", "-Q", ",".join(queues), f"--loglevel={loglevel}",
             "-n", f"omnijobs-{os.getpid()}@%h", "--without-gossip", "--without-mingle", "-E"]
     if beat:

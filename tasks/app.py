@@ -11,11 +11,12 @@ from celery.signals import worker_shutdown
 
 from core.settings import Settings
 
-from .dispatch import MAINTENANCE_QUEUE
+from .dispatch import MAINTENANCE_QUEUE, WEBHOOK_QUEUE
 
 RELAY_EVERY_S = 5.0
 REAP_EVERY_S = 10.0
 SWEEP_EVERY_S = 60.0
+WEBHOOKS_EVERY_S = 1.0
 
 
 def broker_options(settings: Settings) -> dict:
@@ -55,13 +56,18 @@ def make_celery(settings: Settings, with_tasks: bool = True) -> Celery:
             "sweep-queued": {"task": "omnijobs.sweep_queued", "schedule": SWEEP_EVERY_S,
                              "options": {"queue": MAINTENANCE_QUEUE,
                                          "expires": SWEEP_EVERY_S}},
+            "schedule-webhooks": {"task": "omnijobs.schedule_webhooks",
+                                  "schedule": WEBHOOKS_EVERY_S,
+                                  "options": {"queue": WEBHOOK_QUEUE,
+                                              "expires": WEBHOOKS_EVERY_S}},
         },
     )
     if with_tasks:
-        from . import maintenance, render
+        from . import deliver, maintenance, render
 
         render.register(app)
         maintenance.register(app)
+        deliver.register(app)
     return app
 
 

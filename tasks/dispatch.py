@@ -15,6 +15,7 @@ log = logging.getLogger(__name__)
 
 RENDER_TASK = "omnijobs.render"
 MAINTENANCE_QUEUE = "maintenance"
+WEBHOOK_QUEUE = "webhooks"
 
 
 def publish(app: Celery, msg: OutboxRecord) -> None:

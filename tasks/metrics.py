@@ -11,3 +11,11 @@ GENERATE_SECONDS = Histogram("omnijobs_generate_seconds", "Pipeline generation t
 FINALIZE_SECONDS = Histogram("omnijobs_finalize_seconds",
                              "Validate + encode/mux + probe + upload time", ["pipeline"],
                              buckets=(0.05, 0.1, 0.5, 1, 2, 5, 10, 30, 60))
+WEBHOOK_DELIVERIES = Counter("omnijobs_webhook_deliveries_total",
+                             "Webhook delivery attempts, by outcome", ["outcome"])
+WEBHOOK_LATENCY = Histogram("omnijobs_webhook_delivery_latency_seconds",
+                            "From an event to its successful delivery",
+                            buckets=(0.1, 0.5, 1, 2, 5, 10, 30, 60, 300, 1800, 7200, 86400))
+WEBHOOK_REQUEST_SECONDS = Histogram("omnijobs_webhook_request_seconds",
+                                    "Duration of one webhook HTTP attempt",
+                                    buckets=(0.01, 0.05, 0.1, 0.5, 1, 2, 5, 10, 15, 30))

@@ -16,7 +16,7 @@ from core.settings import Settings
 from pipelines import Pipeline, get_pipeline_class, import_pipeline_modules
 from storage.db import make_engine, make_sessionmaker
 from storage.objects import ObjectStore, make_store
-from storage.repositories import JobRepository, OutboxRepository
+from storage.repositories import JobRepository, OutboxRepository, WebhookRepository
 
 from .pool import FinalizePool
 
@@ -28,6 +28,7 @@ class WorkerRuntime:
         sessions = make_sessionmaker(make_engine(settings.db_url))
         self.jobs = JobRepository(sessions)
         self.outbox = OutboxRepository(sessions)
+        self.webhooks = WebhookRepository(sessions)
         self.worker_id = f"{socket.gethostname()}:{os.getpid()}"
         self._pipelines: dict[str, Pipeline] = {}
         self.finalizer = FinalizePool(settings.finalize_backlog)

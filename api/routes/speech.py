@@ -13,6 +13,7 @@ from pipelines import SpeechRequest, resolve_model
 from ..deps import Services, services, tenant_id
 from ..schemas import SpeechCreate
 from ..service import job_public, parse_prefer, submit, wait_for
+from .webhooks import job_webhook
 
 router = APIRouter()
 
@@ -33,11 +34,14 @@ async def create_speech(body: SpeechCreate, svc: Services = Depends(services),
     if spec.kind is not JobKind.SPEECH:
         raise InvalidRequest(f"model '{clip(body.model)}' does not generate speech",
                              param="model", code="unsupported_model")
-    fields = body.model_dump(exclude_none=True, exclude={"model", "metadata", "stream_format"})
+    fields = body.model_dump(exclude_none=True, exclude={
+        "model", "metadata", "stream_format", "webhook_url", "webhook_events"})
     spec.validate_speech(SpeechRequest.from_dict(fields))
+    webhook = await run_in_threadpool(job_webhook, svc, body.webhook_url, body.webhook_events,
+                                      JobKind.SPEECH)
     job = await run_in_threadpool(submit, svc, tenant=tenant, spec=spec, model=body.model,
                                   request=fields, metadata=body.metadata,
-                                  idempotency_key=idempotency_key)
+                                  idempotency_key=idempotency_key, webhook=webhook)
     wait = parse_prefer(prefer, svc.settings.sync_wait_default_s, svc.settings.sync_wait_max_s)
     if wait is None:
         return accepted(svc, job, "respond-async")

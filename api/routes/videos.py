@@ -22,6 +22,7 @@ from ..deps import Services, services, tenant_id
 from ..schemas import VideoCreate, VideoDeleted, VideoList, VideoPublic
 from ..service import Page, get_job, list_page, submit
 from .jobs import stream_output
+from .webhooks import job_webhook
 
 router = APIRouter(prefix="/v1/videos")
 
@@ -108,9 +109,12 @@ async def create_video(request: Request, svc: Services = Depends(services),
     fields = video_request(spec, body)
     if fields["seed"] is None and spec.video.random_seed:
         fields["seed"] = draw_seed(tenant, idempotency_key)
+    webhook = await run_in_threadpool(job_webhook, svc, body.webhook_url, body.webhook_events,
+                                      JobKind.VIDEO)
     job = await run_in_threadpool(submit, svc, tenant=tenant, spec=spec,
                                   model=body.model or spec.models[0], request=fields,
-                                  metadata=body.metadata, idempotency_key=idempotency_key)
+                                  metadata=body.metadata, idempotency_key=idempotency_key,
+                                  webhook=webhook)
     return JSONResponse(video_public(svc, job).model_dump(),
                         headers={"openai-poll-after-ms": POLL_AFTER_MS})
 

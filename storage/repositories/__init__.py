@@ -3,5 +3,6 @@
 from .jobs import JobRepository
 from .keys import KeyRepository
 from .outbox import OutboxRepository
+from .webhooks import WebhookRepository
 
-__all__ = ["JobRepository", "KeyRepository", "OutboxRepository"]
+__all__ = ["JobRepository", "KeyRepository", "OutboxRepository", "WebhookRepository"]

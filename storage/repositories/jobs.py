@@ -23,6 +23,7 @@ from ..models import Job, Output
 from ..records import JobRecord, NewJob, OutboxRecord, OutputRecord
 from .outbox import _record as outbox_record
 from .outbox import add_message
+from .webhooks import stage_job_event, subscribe_job
 
 ID_PREFIX = {JobKind.SPEECH: "job_", JobKind.VIDEO: "video_"}
 
@@ -70,6 +71,7 @@ class JobRepository:
             with self._sessions.begin() as s:
                 s.add(job)
                 s.flush()
+                subscribe_job(s, job.id, new.webhook)
                 msg = add_message(s, topic="render", job_id=job.id, queue=new.queue,
                                   payload={"job_id": job.id})
                 return _record(job), outbox_record(msg)
@@ -136,6 +138,7 @@ class JobRepository:
                 error_message=None))
             if res.rowcount != 1:
                 return None
+            stage_job_event(s, job_id, "started")
             return _record(s.get(Job, job_id))
 
     def _running(self, job_id: str, attempt: int):
@@ -173,6 +176,7 @@ class JobRepository:
                 return False
             s.execute(delete(Output).where(Output.job_id == job_id))
             s.add_all(Output(job_id=job_id, created_at=now, **asdict(o)) for o in outputs)
+            stage_job_event(s, job_id, "completed")
             return True
 
     def fail(self, job_id: str, code: str, message: str, *, attempt: int | None = None,
@@ -184,10 +188,13 @@ class JobRepository:
         if only_if_expired:
             q = q.where(Job.lease_expires_at < now)
         with self._sessions.begin() as s:
-            return s.execute(q.values(
+            failed = s.execute(q.values(
                 status=JobStatus.FAILED.value, error_code=code[:64],
                 error_message=message[:MESSAGE_LIMIT], completed_at=now, updated_at=now,
                 lease_expires_at=None)).rowcount == 1
+            if failed:
+                stage_job_event(s, job_id, "failed")
+            return failed
 
     def requeue(self, job_id: str, attempt: int, *, queue: str, delay_s: float,
                 code: str, message: str, only_if_expired: bool = False
@@ -216,11 +223,12 @@ class JobRepository:
         """queued|running -> cancelled. Returns the job as it stands afterwards."""
         now = _now()
         with self._sessions.begin() as s:
-            s.execute(update(Job).where(
-                Job.id == job_id, Job.tenant_id == tenant_id,
-                Job.status.in_([JobStatus.QUEUED.value, JobStatus.RUNNING.value])).values(
-                status=JobStatus.CANCELLED.value, completed_at=now, updated_at=now,
-                lease_expires_at=None))
+            if s.execute(update(Job).where(
+                    Job.id == job_id, Job.tenant_id == tenant_id,
+                    Job.status.in_([JobStatus.QUEUED.value, JobStatus.RUNNING.value])).values(
+                    status=JobStatus.CANCELLED.value, completed_at=now, updated_at=now,
+                    lease_expires_at=None)).rowcount == 1:
+                stage_job_event(s, job_id, "cancelled")
         return self.get(job_id, tenant_id)
 
     def expired_leases(self, limit: int = 100) -> list[JobRecord]:

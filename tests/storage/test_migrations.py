@@ -14,7 +14,9 @@ from storage.migrate import alembic_config, downgrade, upgrade
 
 from ..services import create_database, drop_database
 
-TABLES = {"tenants", "api_keys", "jobs", "outputs", "outbox"}
+TABLES = {"tenants", "api_keys", "jobs", "outputs", "outbox", "webhook_endpoints",
+          "webhook_secrets", "job_webhooks", "webhook_events", "webhook_deliveries",
+          "webhook_attempts"}
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])

@@ -1,0 +1,360 @@
+"""Webhooks: endpoints, signing secrets, per-job URLs, events and their deliveries.
+
+Events are staged inside the job transition they report (``stage_job_event``, called by
+the job repository in its own transaction), so an event exists exactly when its
+transition committed. Deliveries are rows with a schedule (``next_attempt_at``) and a
+lock (``lock_token`` + ``locked_until``): the scheduler locks due ones and hands them to
+delivery tasks; a lock that expires (a killed worker) is simply dispatched again.
+"""
+
+from __future__ import annotations
+
+import base64
+import secrets
+import uuid
+from dataclasses import asdict
+from datetime import UTC, datetime, timedelta
+from urllib.parse import urlsplit
+
+from sqlalchemy import delete, or_, select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session, sessionmaker
+
+from ..models import (
+    Job,
+    JobWebhook,
+    Tenant,
+    WebhookAttempt,
+    WebhookDelivery,
+    WebhookEndpoint,
+    WebhookEvent,
+    WebhookSecret,
+)
+from ..records import (
+    AttemptRecord,
+    DeliveryLogRecord,
+    DeliveryWork,
+    EndpointRecord,
+    JobWebhookRequest,
+    SecretRecord,
+)
+
+JOB_EVENTS = ("started", "completed", "failed", "cancelled")
+EVENT_TYPES = (*(f"{kind}.{e}" for kind in ("speech", "video") for e in JOB_EVENTS),
+               "batch.completed", "batch.failed", "batch.cancelled", "batch.expired")
+ROTATION_GRACE = timedelta(hours=24)
+
+PENDING, SUCCEEDED, FAILED, STOPPED = "pending", "succeeded", "failed", "stopped"
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def default_events(kind: str) -> tuple[str, ...]:
+    """What a subscription gets unless it asks otherwise: the terminal events."""
+    return tuple(f"{kind}.{e}" for e in JOB_EVENTS if e != "started")
+
+
+def new_secret() -> str:
+    """Standard Webhooks' form: ``whsec_`` + base64 of 32 random bytes."""
+    return "whsec_" + base64.b64encode(secrets.token_bytes(32)).decode()
+
+
+def url_host(url: str) -> str:
+    return urlsplit(url).netloc.rpartition("@")[2][:300]
+
+
+# ---- staged inside the job repository's transactions ---------------------------------
+
+def subscribe_job(s: Session, job_id: str, hook: JobWebhookRequest | None) -> None:
+    if hook is not None:
+        s.add(JobWebhook(job_id=job_id, url=hook.url, event_types=list(hook.event_types)))
+
+
+def stage_job_event(s: Session, job_id: str, event: str) -> None:
+    """Write the event and one delivery per interested target, in the caller's
+    transaction. ``started`` is reported for the first attempt only."""
+    job = s.execute(select(Job.tenant_id, Job.kind, Job.attempts).where(Job.id == job_id)).first()
+    if job is None or (event == "started" and job.attempts > 1):
+        return
+    event_type = f"{job.kind}.{event}"
+    targets: list[tuple[str | None, str | None, str]] = []  # (endpoint, url, target)
+    sub = s.get(JobWebhook, job_id)
+    if sub is not None and sub.stopped_at is None and event_type in sub.event_types:
+        targets.append((None, sub.url, job_id))
+    for endpoint_id, types in s.execute(select(
+            WebhookEndpoint.id, WebhookEndpoint.event_types).where(
+            WebhookEndpoint.tenant_id == job.tenant_id, WebhookEndpoint.disabled_at.is_(None))):
+        if event_type in types:
+            targets.append((endpoint_id, None, endpoint_id))
+    if not targets:
+        return
+    now = _now()
+    evt = WebhookEvent(id="evt_" + uuid.uuid4().hex, tenant_id=job.tenant_id, job_id=job_id,
+                       type=event_type, created_at=now)
+    s.add(evt)
+    s.flush()
+    s.add_all(WebhookDelivery(event_id=evt.id, endpoint_id=endpoint_id, url=url, target=target,
+                              status=PENDING, attempts=0, next_attempt_at=now, created_at=now,
+                              updated_at=now)
+              for endpoint_id, url, target in targets)
+
+
+def _endpoint_record(e: WebhookEndpoint, secret: str) -> EndpointRecord:
+    return EndpointRecord(id=e.id, tenant_id=e.tenant_id, name=e.name, url=e.url,
+                          event_types=tuple(e.event_types), created_at=e.created_at,
+                          updated_at=e.updated_at, disabled_at=e.disabled_at,
+                          secret_hint=f"whsec_...{secret[-4:]}")
+
+
+def _secret_record(row: WebhookSecret) -> SecretRecord:
+    return SecretRecord(secret=row.secret, created_at=row.created_at,
+                        previous_secret=row.previous_secret,
+                        previous_expires_at=row.previous_expires_at)
+
+
+class WebhookRepository:
+    def __init__(self, sessions: sessionmaker[Session]) -> None:
+        self._sessions = sessions
+
+    # ---- registered endpoints ---------------------------------------------------------
+
+    def create_endpoint(self, tenant_id: str, *, name: str, url: str,
+                        event_types: list[str]) -> tuple[EndpointRecord, str]:
+        """A new endpoint and its secret (returned once, in clear)."""
+        now, secret = _now(), new_secret()
+        endpoint = WebhookEndpoint(id="we_" + uuid.uuid4().hex, tenant_id=tenant_id, name=name,
+                                   url=url, event_types=event_types, created_at=now,
+                                   updated_at=now)
+        with self._sessions.begin() as s:
+            s.add(endpoint)
+            s.add(WebhookSecret(owner_id=endpoint.id, tenant_id=tenant_id, secret=secret,
+                                created_at=now))
+        return _endpoint_record(endpoint, secret), secret
+
+    def _owned(self, s: Session, tenant_id: str, endpoint_id: str
+               ) -> tuple[WebhookEndpoint, WebhookSecret] | None:
+        row = s.execute(select(WebhookEndpoint, WebhookSecret).join(
+            WebhookSecret, WebhookSecret.owner_id == WebhookEndpoint.id).where(
+            WebhookEndpoint.id == endpoint_id, WebhookEndpoint.tenant_id == tenant_id)).first()
+        return (row[0], row[1]) if row else None
+
+    def get_endpoint(self, tenant_id: str, endpoint_id: str) -> EndpointRecord | None:
+        with self._sessions() as s:
+            row = self._owned(s, tenant_id, endpoint_id)
+            return _endpoint_record(row[0], row[1].secret) if row else None
+
+    def list_endpoints(self, tenant_id: str, *, after: str | None = None, limit: int = 20
+                       ) -> tuple[list[EndpointRecord], bool]:
+        """Newest first, cursor on (created_at, id)."""
+        with self._sessions() as s:
+            q = select(WebhookEndpoint, WebhookSecret.secret).join(
+                WebhookSecret, WebhookSecret.owner_id == WebhookEndpoint.id).where(
+                WebhookEndpoint.tenant_id == tenant_id)
+            cursor = s.execute(select(WebhookEndpoint.created_at, WebhookEndpoint.id).where(
+                WebhookEndpoint.id == after, WebhookEndpoint.tenant_id == tenant_id)).first()
+            if cursor is not None:
+                q = q.where((WebhookEndpoint.created_at < cursor[0])
+                            | ((WebhookEndpoint.created_at == cursor[0])
+                               & (WebhookEndpoint.id < cursor[1])))
+            rows = s.execute(q.order_by(WebhookEndpoint.created_at.desc(),
+                                        WebhookEndpoint.id.desc()).limit(limit + 1)).all()
+            return [_endpoint_record(e, sec) for e, sec in rows[:limit]], len(rows) > limit
+
+    def update_endpoint(self, tenant_id: str, endpoint_id: str, **changes: object
+                        ) -> EndpointRecord | None:
+        """Apply the given fields; ``updated_at`` moves only if something changed. An
+        update re-enables an endpoint that a 410 disabled."""
+        with self._sessions.begin() as s:
+            row = self._owned(s, tenant_id, endpoint_id)
+            if row is None:
+                return None
+            endpoint, secret = row
+            changed = {k: v for k, v in changes.items() if getattr(endpoint, k) != v}
+            for key, value in changed.items():
+                setattr(endpoint, key, value)
+            if changed or endpoint.disabled_at is not None:
+                endpoint.updated_at, endpoint.disabled_at = _now(), None
+            return _endpoint_record(endpoint, secret.secret)
+
+    def delete_endpoint(self, tenant_id: str, endpoint_id: str) -> bool:
+        with self._sessions.begin() as s:
+            gone = s.execute(delete(WebhookEndpoint).where(
+                WebhookEndpoint.id == endpoint_id,
+                WebhookEndpoint.tenant_id == tenant_id)).rowcount == 1
+            if gone:
+                s.execute(delete(WebhookSecret).where(WebhookSecret.owner_id == endpoint_id))
+            return gone
+
+    def rotate_endpoint_secret(self, tenant_id: str, endpoint_id: str, keep_old: bool
+                               ) -> tuple[EndpointRecord, str] | None:
+        with self._sessions.begin() as s:
+            row = self._owned(s, tenant_id, endpoint_id)
+            if row is None:
+                return None
+            endpoint, secret = row
+            _rotate(secret, keep_old)
+            endpoint.updated_at = secret.created_at
+            return _endpoint_record(endpoint, secret.secret), secret.secret
+
+    # ---- secrets ------------------------------------------------------------------------
+
+    def tenant_id(self, name: str) -> str | None:
+        with self._sessions() as s:
+            return s.scalar(select(Tenant.id).where(Tenant.name == name))
+
+    def default_secret(self, tenant_id: str) -> SecretRecord:
+        """The tenant's secret for per-job URLs, created on first use."""
+        return self.secret_of(tenant_id, tenant_id)
+
+    def secret_of(self, owner_id: str, tenant_id: str) -> SecretRecord:
+        for _ in range(2):
+            with self._sessions() as s:
+                row = s.get(WebhookSecret, owner_id)
+                if row is not None:
+                    return _secret_record(row)
+            try:
+                with self._sessions.begin() as s:
+                    s.add(WebhookSecret(owner_id=owner_id, tenant_id=tenant_id,
+                                        secret=new_secret(), created_at=_now()))
+            except IntegrityError:  # created concurrently: read that one
+                continue
+        with self._sessions() as s:
+            return _secret_record(s.get_one(WebhookSecret, owner_id))
+
+    def rotate_default_secret(self, tenant_id: str) -> SecretRecord:
+        """A new default secret; the old one stays valid for 24 hours."""
+        self.default_secret(tenant_id)
+        with self._sessions.begin() as s:
+            row = s.get_one(WebhookSecret, tenant_id, with_for_update=True)
+            _rotate(row, keep_old=True)
+            return _secret_record(row)
+
+    # ---- deliveries ------------------------------------------------------------------
+
+    def claim_due(self, lock_s: float, limit: int = 100) -> list[tuple[int, str]]:
+        """Lock due deliveries for dispatch: the oldest of each target only, and none
+        for a target that has one in flight (ordered, one at a time per target)."""
+        now = _now()
+        with self._sessions.begin() as s:
+            busy = set(s.scalars(select(WebhookDelivery.target).where(
+                WebhookDelivery.status == PENDING, WebhookDelivery.locked_until > now)))
+            rows = s.execute(select(WebhookDelivery.id, WebhookDelivery.target).where(
+                WebhookDelivery.status == PENDING, WebhookDelivery.next_attempt_at <= now,
+                _unlocked(now)).order_by(WebhookDelivery.id).limit(limit * 4)).all()
+            claimed = []
+            for delivery_id, target in rows:
+                if target in busy or len(claimed) >= limit:
+                    continue
+                busy.add(target)
+                token = _lock(s, delivery_id, now, lock_s)
+                if token is not None:
+                    claimed.append((delivery_id, token))
+            return claimed
+
+    def start(self, delivery_id: int, token: str, lock_s: float) -> DeliveryWork | None:
+        """Renew our lock and read what the attempt needs; None if the dispatch is stale
+        (another took over after our lock expired) or the target is gone or disabled."""
+        now = _now()
+        with self._sessions.begin() as s:
+            renewed = s.execute(update(WebhookDelivery).where(
+                WebhookDelivery.id == delivery_id, WebhookDelivery.lock_token == token,
+                WebhookDelivery.status == PENDING).values(
+                locked_until=now + timedelta(seconds=lock_s))).rowcount == 1
+            if not renewed:
+                return None
+            d, evt = s.execute(select(WebhookDelivery, WebhookEvent).join(
+                WebhookEvent, WebhookEvent.id == WebhookDelivery.event_id).where(
+                WebhookDelivery.id == delivery_id)).one()
+            url = d.url
+            if d.endpoint_id is not None:
+                endpoint = s.get(WebhookEndpoint, d.endpoint_id)
+                if endpoint is None or endpoint.disabled_at is not None:
+                    d.status, d.lock_token, d.locked_until = STOPPED, None, None
+                    return None
+                url = endpoint.url
+            return DeliveryWork(id=d.id, token=token, event_id=evt.id, event_type=evt.type,
+                                event_created_at=evt.created_at, job_id=evt.job_id,
+                                tenant_id=evt.tenant_id, endpoint_id=d.endpoint_id, url=url,
+                                attempts=d.attempts, created_at=d.created_at)
+
+    def finish(self, work: DeliveryWork, attempt: AttemptRecord, status: str,
+               lock_s: float) -> list[tuple[int, str]] | None:
+        """Record the attempt and the delivery's new state (CAS on our lock). Returns
+        None if the lock was no longer ours, else the next due delivery of the same
+        target, locked for dispatch (a list of at most one)."""
+        now = _now()
+        with self._sessions.begin() as s:
+            res = s.execute(update(WebhookDelivery).where(
+                WebhookDelivery.id == work.id, WebhookDelivery.lock_token == work.token,
+                WebhookDelivery.status == PENDING).values(
+                status=status, attempts=WebhookDelivery.attempts + 1,
+                next_attempt_at=attempt.next_attempt_at if status == PENDING else None,
+                lock_token=None, locked_until=None, updated_at=now))
+            if res.rowcount != 1:
+                return None
+            s.add(WebhookAttempt(delivery_id=work.id, **asdict(attempt)))
+            if status == STOPPED:
+                _stop_target(s, work, now)
+            nxt = s.scalar(select(WebhookDelivery.id).where(
+                WebhookDelivery.target == _target(work), WebhookDelivery.status == PENDING,
+                WebhookDelivery.next_attempt_at <= now, _unlocked(now))
+                .order_by(WebhookDelivery.id).limit(1))
+            token = _lock(s, nxt, now, lock_s) if nxt is not None else None
+            return [(nxt, token)] if token else []
+
+    def deliveries_for_job(self, tenant_id: str, job_id: str) -> list[DeliveryLogRecord]:
+        with self._sessions() as s:
+            rows = s.execute(select(WebhookDelivery, WebhookEvent).join(
+                WebhookEvent, WebhookEvent.id == WebhookDelivery.event_id).where(
+                WebhookEvent.job_id == job_id, WebhookEvent.tenant_id == tenant_id)
+                .order_by(WebhookDelivery.id)).all()
+            attempts: dict[int, list[AttemptRecord]] = {}
+            for a in s.scalars(select(WebhookAttempt).where(WebhookAttempt.delivery_id.in_(
+                    [d.id for d, _ in rows])).order_by(WebhookAttempt.id)):
+                attempts.setdefault(a.delivery_id, []).append(AttemptRecord(
+                    attempted_at=a.attempted_at, url_host=a.url_host, status_code=a.status_code,
+                    error=a.error, duration_ms=a.duration_ms, next_attempt_at=a.next_attempt_at))
+            return [DeliveryLogRecord(
+                id=d.id, event_id=e.id, event_type=e.type, endpoint_id=d.endpoint_id,
+                status=d.status, next_attempt_at=d.next_attempt_at, created_at=d.created_at,
+                attempts=tuple(attempts.get(d.id, ()))) for d, e in rows]
+
+
+def _rotate(row: WebhookSecret, keep_old: bool) -> None:
+    now = _now()
+    row.previous_secret = row.secret if keep_old else None
+    row.previous_expires_at = now + ROTATION_GRACE if keep_old else None
+    row.secret, row.created_at = new_secret(), now
+
+
+def _unlocked(now: datetime):
+    return or_(WebhookDelivery.locked_until.is_(None), WebhookDelivery.locked_until <= now)
+
+
+def _lock(s: Session, delivery_id: int, now: datetime, lock_s: float) -> str | None:
+    token = uuid.uuid4().hex
+    res = s.execute(update(WebhookDelivery).where(
+        WebhookDelivery.id == delivery_id, WebhookDelivery.status == PENDING,
+        _unlocked(now)).values(lock_token=token,
+                               locked_until=now + timedelta(seconds=lock_s)))
+    return token if res.rowcount == 1 else None
+
+
+def _target(work: DeliveryWork) -> str:
+    return work.endpoint_id or work.job_id
+
+
+def _stop_target(s: Session, work: DeliveryWork, now: datetime) -> None:
+    """A 410: disable the endpoint, or stop the job's own URL; drop what was pending."""
+    if work.endpoint_id is not None:
+        s.execute(update(WebhookEndpoint).where(WebhookEndpoint.id == work.endpoint_id)
+                  .values(disabled_at=now))
+    else:
+        s.execute(update(JobWebhook).where(JobWebhook.job_id == work.job_id)
+                  .values(stopped_at=now))
+    s.execute(update(WebhookDelivery).where(
+        WebhookDelivery.target == _target(work), WebhookDelivery.status == PENDING).values(
+        status=STOPPED, next_attempt_at=None, lock_token=None, locked_until=None,
+        updated_at=now))

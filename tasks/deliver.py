@@ -1,0 +1,253 @@
+"""Webhook delivery: build the event, sign it (Standard Webhooks), POST it, schedule the
+next try.
+
+Runs on the ``webhooks`` queue, never on a render worker's, so a busy accelerator never
+delays a delivery and a slow receiver never delays a render. A periodic tick locks due
+deliveries (``WebhookRepository.claim_due``) and sends one task each; a task that dies
+leaves its lock to expire, and the tick dispatches the delivery again: no event is lost.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import time
+import uuid
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from email.utils import parsedate_to_datetime
+from urllib.parse import urlsplit, urlunsplit
+
+import httpx
+from celery import Celery
+from standardwebhooks import Webhook
+
+from core.errors import WebhookUrlRefused
+from core.settings import Settings
+from core.ssrf import Resolver, Target, check_url, system_resolver
+from storage.records import AttemptRecord, DeliveryWork
+from storage.repositories.webhooks import FAILED, PENDING, STOPPED, SUCCEEDED, url_host
+from storage.views import resource_view
+
+from .dispatch import WEBHOOK_QUEUE
+from .metrics import WEBHOOK_DELIVERIES, WEBHOOK_LATENCY, WEBHOOK_REQUEST_SECONDS
+from .runtime import WorkerRuntime, get_runtime
+
+log = logging.getLogger(__name__)
+
+DELIVER_TASK = "omnijobs.deliver_webhook"
+SCHEDULE_TASK = "omnijobs.schedule_webhooks"
+USER_AGENT = "omnijobs-webhooks/1"
+MAX_BODY_BYTES = 20_000
+RETRY_AFTER_STATUSES = frozenset({429, 502, 503, 504})
+JITTER = 0.1  # each scheduled delay is stretched or shrunk by up to 10 %
+
+
+def lock_s(settings: Settings) -> float:
+    """How long a dispatched delivery stays ours: longer than any one attempt takes."""
+    return 2 * settings.webhook_timeout_s + 5
+
+
+# ---- the event ------------------------------------------------------------------------
+
+def _dumps(value: dict) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+def _without_urls(data: dict) -> dict:
+    outputs = [{k: v for k, v in o.items() if k not in ("url", "url_expires_at")}
+               for o in data.get("outputs") or []]
+    return {**data, "outputs": outputs}
+
+
+def _without_outputs(data: dict) -> dict:
+    return {**data, "outputs": []}
+
+
+def _without_text(data: dict) -> dict:
+    return {**data, **{k: None for k in ("prompt", "metadata") if k in data}}
+
+
+def event_body(event_id: str, event_type: str, created_at: datetime, data: dict) -> str:
+    """OpenAI's event envelope. Over 20 kB, the output URLs go first (then the outputs,
+    then free text) and ``data.outputs_truncated`` says so."""
+    envelope = {"id": event_id, "object": "event", "type": event_type,
+                "created_at": int(created_at.timestamp()), "data": data}
+    body = _dumps(envelope)
+    for shrink in (_without_urls, _without_outputs, _without_text):
+        if len(body.encode()) <= MAX_BODY_BYTES:
+            break
+        data = {**shrink(data), "outputs_truncated": True}
+        body = _dumps({**envelope, "data": data})
+    return body
+
+
+def resource_data(rt: WorkerRuntime, work: DeliveryWork) -> dict:
+    """The job as ``GET`` shows it now (fresh signed URLs); a job deleted since (a
+    video's DELETE) is reported by id only."""
+    job = rt.jobs.get(work.job_id)
+    if job is None:
+        kind = work.event_type.split(".", 1)[0]
+        return {"id": work.job_id, "object": "video" if kind == "video" else "job",
+                "deleted": True}
+    return resource_view(job, rt.store, rt.settings.signed_url_ttl_s).model_dump(mode="json")
+
+
+# ---- signing and sending --------------------------------------------------------------
+
+def signed_headers(secrets: tuple[str, ...], msg_id: str, timestamp: int, body: str
+                   ) -> dict[str, str]:
+    """Standard Webhooks headers; during a rotation one signature per valid secret."""
+    when = datetime.fromtimestamp(timestamp, UTC)
+    signature = " ".join(Webhook(s).sign(msg_id, when, body) for s in secrets)
+    return {"webhook-id": msg_id, "webhook-timestamp": str(timestamp),
+            "webhook-signature": signature, "content-type": "application/json",
+            "user-agent": USER_AGENT}
+
+
+@dataclass(frozen=True)
+class SendResult:
+    status_code: int | None
+    error: str | None
+    duration_ms: int
+    retry_after_s: float | None = None
+
+
+def parse_retry_after(value: str | None) -> float | None:
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        return max(0.0, (parsedate_to_datetime(value) - datetime.now(UTC)).total_seconds())
+    except (TypeError, ValueError):
+        return None
+
+
+def _pinned(target: Target) -> tuple[str, dict[str, str], dict]:
+    """The URL with the checked address in place of the name, so the connection goes
+    where the guard looked (DNS rebinding); Host and TLS SNI keep the name."""
+    parts = urlsplit(target.url)
+    ip = target.addresses[0]
+    netloc = f"[{ip}]:{target.port}" if ":" in ip else f"{ip}:{target.port}"
+    url = urlunsplit((parts.scheme, netloc, parts.path or "/", parts.query, ""))
+    extensions = {"sni_hostname": target.host} if target.scheme == "https" else {}
+    return url, {"host": parts.netloc}, extensions
+
+
+def send(url: str, body: str, headers: dict[str, str], settings: Settings,
+         resolver: Resolver = system_resolver) -> SendResult:
+    """One POST: SSRF-checked at this moment, no redirects followed, body not read."""
+    started = time.monotonic()
+
+    def result(code: int | None, error: str | None, retry_after: float | None = None):
+        return SendResult(code, error, int((time.monotonic() - started) * 1000), retry_after)
+
+    try:
+        target = check_url(url, settings.webhook_networks, resolver)
+        pinned, host, extensions = _pinned(target)
+        with httpx.Client(timeout=settings.webhook_timeout_s, follow_redirects=False,
+                          trust_env=False) as client, client.stream(
+                "POST", pinned, content=body.encode(), headers={**headers, **host},
+                extensions=extensions) as resp:
+            return result(resp.status_code, None, parse_retry_after(resp.headers.get(
+                "retry-after")))
+    except WebhookUrlRefused as exc:
+        return result(None, exc.message[:300])
+    except httpx.TimeoutException:
+        return result(None, f"timed out after {settings.webhook_timeout_s:g} s")
+    except httpx.HTTPError as exc:
+        return result(None, f"{type(exc).__name__}: {str(exc)[:200]}")
+
+
+def send_test(settings: Settings, url: str, secrets: tuple[str, ...], event_type: str
+              ) -> tuple[int | None, str | None]:
+    """A sample event sent right away (``POST /v1/webhook_endpoints/{id}/test``)."""
+    kind = event_type.split(".", 1)[0]
+    event_id = "evt_" + uuid.uuid4().hex
+    body = event_body(event_id, event_type, datetime.now(UTC),
+                      {"id": f"{kind}_test", "object": kind, "test": True})
+    result = send(url, body, signed_headers(secrets, event_id, int(time.time()), body),
+                  settings)
+    return result.status_code, result.error
+
+
+# ---- the retry schedule -----------------------------------------------------------------
+
+def next_step(settings: Settings, attempts_before: int, result: SendResult
+              ) -> tuple[str, datetime | None]:
+    """Only 2xx succeeds; 410 stops the target; else retry on schedule (or when the
+    receiver's Retry-After says, for 429/502/503/504) until the schedule runs out."""
+    code = result.status_code
+    if code is not None and 200 <= code < 300:
+        return SUCCEEDED, None
+    if code == 410:
+        return STOPPED, None
+    schedule = settings.webhook_retry_schedule_s
+    if attempts_before + 1 >= len(schedule):
+        return FAILED, None
+    delay = schedule[attempts_before + 1] * random.uniform(1 - JITTER, 1 + JITTER)
+    if code in RETRY_AFTER_STATUSES and result.retry_after_s is not None:
+        delay = min(result.retry_after_s, max(schedule))
+    return PENDING, datetime.now(UTC) + timedelta(seconds=delay)
+
+
+# ---- the tasks ----------------------------------------------------------------------------
+
+def dispatch(app: Celery, delivery_id: int, token: str) -> None:
+    try:
+        app.send_task(DELIVER_TASK, args=[delivery_id, token], queue=WEBHOOK_QUEUE,
+                      retry=False)
+    except Exception:  # the lock expires and the next tick dispatches it again
+        log.warning("broker down; webhook delivery %s waits for the next tick", delivery_id)
+
+
+def schedule_due(rt: WorkerRuntime, app: Celery) -> int:
+    claimed = rt.webhooks.claim_due(lock_s(rt.settings))
+    for delivery_id, token in claimed:
+        dispatch(app, delivery_id, token)
+    return len(claimed)
+
+
+def deliver(rt: WorkerRuntime, app: Celery, delivery_id: int, token: str) -> str:
+    settings = rt.settings
+    work = rt.webhooks.start(delivery_id, token, lock_s(settings))
+    if work is None:
+        return "skipped"
+    body = event_body(work.event_id, work.event_type, work.event_created_at,
+                      resource_data(rt, work))
+    secret = rt.webhooks.secret_of(work.endpoint_id or work.tenant_id, work.tenant_id)
+    now = datetime.now(UTC)
+    headers = signed_headers(secret.active(now), work.event_id, int(now.timestamp()), body)
+    result = send(work.url, body, headers, settings)
+    status, next_at = next_step(settings, work.attempts, result)
+    attempt = AttemptRecord(attempted_at=now, url_host=url_host(work.url),
+                            status_code=result.status_code, error=result.error,
+                            duration_ms=result.duration_ms, next_attempt_at=next_at)
+    following = rt.webhooks.finish(work, attempt, status, lock_s(settings))
+    if following is None:
+        log.warning("webhook delivery %s was taken over while we sent it", work.id)
+        return "lost"
+    outcome = "retrying" if status == PENDING else status
+    WEBHOOK_DELIVERIES.labels(outcome).inc()
+    WEBHOOK_REQUEST_SECONDS.observe(result.duration_ms / 1000)
+    if status == SUCCEEDED:
+        WEBHOOK_LATENCY.observe((datetime.now(UTC) - work.event_created_at).total_seconds())
+    log.info("webhook %s to %s: %s (%s)", work.event_id, attempt.url_host, outcome,
+             result.status_code or result.error, extra={"job_id": work.job_id})
+    for next_id, next_token in following:
+        dispatch(app, next_id, next_token)
+    return outcome
+
+
+def register(app: Celery) -> None:
+    @app.task(name=SCHEDULE_TASK, shared=False, ignore_result=True)
+    def schedule_webhooks() -> int:
+        return schedule_due(get_runtime(), app)
+
+    @app.task(name=DELIVER_TASK, shared=False, ignore_result=True, acks_late=True)
+    def deliver_webhook(delivery_id: int, token: str) -> str:
+        return deliver(get_runtime(), app, delivery_id, token)
