@@ -41,8 +41,9 @@ CLASSES: tuple[tuple[str, Callable[[IPAddress], bool]], ...] = (
     ("CGNAT", lambda ip: ip.version == 4 and ip in CGNAT),
     ("multicast", lambda ip: ip.is_multicast),
     ("unspecified", lambda ip: ip.is_unspecified),
+    ("reserved", lambda ip: ip.is_reserved),
     ("private", lambda ip: ip.is_private),
-    ("reserved", lambda ip: not ip.is_global),
+    ("non-public", lambda ip: not ip.is_global),
 )
 
 

@@ -298,8 +298,9 @@ class WebhookRepository:
             if status == STOPPED:
                 _stop_target(s, work, now)
             nxt = s.scalar(select(WebhookDelivery.id).where(
-                WebhookDelivery.target == _target(work), WebhookDelivery.status == PENDING,
-                WebhookDelivery.next_attempt_at <= now, _unlocked(now))
+                WebhookDelivery.target == _target(work), WebhookDelivery.id != work.id,
+                WebhookDelivery.status == PENDING, WebhookDelivery.next_attempt_at <= now,
+                _unlocked(now))
                 .order_by(WebhookDelivery.id).limit(1))
             token = _lock(s, nxt, now, lock_s) if nxt is not None else None
             return [(nxt, token)] if token else []

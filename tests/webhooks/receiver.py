@@ -1,0 +1,96 @@
+"""A real local HTTP receiver for webhook tests: records every request and answers with
+scripted responses per path (default 200), optionally holding a request open."""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from openai import OpenAI
+from standardwebhooks import Webhook
+
+
+@dataclass(frozen=True)
+class Received:
+    path: str
+    headers: dict[str, str]
+    body: bytes
+    at: float
+
+
+@dataclass
+class Reply:
+    status: int = 200
+    headers: dict[str, str] = field(default_factory=dict)
+    hold: threading.Event | None = None  # answer only once this is set
+
+
+class Receiver:
+    def __init__(self) -> None:
+        self.received: list[Received] = []
+        self.script: dict[str, list[Reply]] = {}
+        self.arrived = threading.Condition()
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802 - http.server's name
+                body = self.rfile.read(int(self.headers.get("content-length", 0)))
+                reply = receiver._next(self.path)
+                with receiver.arrived:
+                    receiver.received.append(Received(
+                        self.path, {k.lower(): v for k, v in self.headers.items()}, body,
+                        time.time()))
+                    receiver.arrived.notify_all()
+                if reply.hold is not None:
+                    reply.hold.wait(60)
+                self.send_response(reply.status)
+                for name, value in reply.headers.items():
+                    self.send_header(name, value)
+                self.send_header("content-length", "0")
+                self.end_headers()
+
+            def log_message(self, *_args) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def url(self, path: str) -> str:
+        return f"http://127.0.0.1:{self.port}{path}"
+
+    def reply(self, path: str, *replies: Reply) -> None:
+        self.script.setdefault(path, []).extend(replies)
+
+    def _next(self, path: str) -> Reply:
+        queue = self.script.get(path)
+        return queue.pop(0) if queue else Reply()
+
+    def at(self, path: str) -> list[Received]:
+        return [r for r in self.received if r.path == path]
+
+    def wait_for(self, path: str, count: int = 1, timeout: float = 60) -> list[Received]:
+        deadline = time.monotonic() + timeout
+        with self.arrived:
+            while len(self.at(path)) < count:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise AssertionError(f"{len(self.at(path))} of {count} deliveries to "
+                                         f"{path} arrived in {timeout}s")
+                self.arrived.wait(left)
+            return self.at(path)
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def verify(received: Received, secret: str) -> dict:
+    """Verify with both the standardwebhooks package and the openai SDK; the event."""
+    event = Webhook(secret).verify(received.body, received.headers)
+    OpenAI(api_key="unused").webhooks.verify_signature(received.body, received.headers,
+                                                       secret=secret)
+    return event

@@ -1,0 +1,140 @@
+"""One delivery at a time, in process, against a real local receiver: retries keep one
+webhook-id, redirects are not followed, timeouts and DNS rebinding fail the attempt."""
+
+from __future__ import annotations
+
+import json
+import threading
+import uuid
+from datetime import UTC, datetime
+
+import pytest
+from celery import Celery
+from prometheus_client import REGISTRY
+
+from core.jobs import JobKind
+from core.settings import Settings
+from storage.db import make_engine, make_sessionmaker
+from storage.migrate import upgrade
+from storage.records import JobWebhookRequest, NewJob, OutputRecord
+from storage.repositories import KeyRepository
+from storage.repositories.webhooks import default_events
+from tasks.deliver import deliver, lock_s, send
+from tasks.runtime import WorkerRuntime
+
+from .receiver import Receiver, Reply, verify
+
+
+@pytest.fixture
+def receiver():
+    r = Receiver()
+    yield r
+    r.close()
+
+
+@pytest.fixture
+def rt(tmp_path) -> WorkerRuntime:
+    url = f"sqlite:///{tmp_path / 'hooks.db'}"
+    upgrade(url)
+    settings = Settings(database_url=url, home=tmp_path, webhook_retry_schedule_s=[0, 0, 0],
+                        webhook_timeout_s=1.0, webhook_allowed_networks=["127.0.0.0/8"])
+    return WorkerRuntime(settings)
+
+
+APP = Celery("test", broker="memory://")
+
+
+def completed_job(rt: WorkerRuntime, url: str) -> tuple[str, str]:
+    tenant, _ = KeyRepository(make_sessionmaker(make_engine(rt.settings.db_url))).create_key(
+        "t-" + uuid.uuid4().hex)
+    job, _ = rt.jobs.create(NewJob(
+        tenant_id=tenant, kind=JobKind.SPEECH, model="tts-1", pipeline="piper-joe", queue="q",
+        request={"input": "hi"}, metadata={"ref": "r1"}, max_attempts=3,
+        webhook=JobWebhookRequest(url, default_events("speech"))))
+    rt.jobs.claim(job.id, "w", 60)
+    out = OutputRecord(index=0, key=f"{tenant}/{job.id}/0.wav", content_type="audio/wav",
+                       bytes=4, sha256="0" * 64, duration_s=1.0, sample_rate=22050, channels=1)
+    assert rt.jobs.complete(job.id, 1, [out])
+    return tenant, job.id
+
+
+def run_due(rt: WorkerRuntime) -> list[str]:
+    return [deliver(rt, APP, d, t) for d, t in rt.webhooks.claim_due(lock_s(rt.settings))]
+
+
+def outcomes(name: str) -> float:
+    return REGISTRY.get_sample_value("omnijobs_webhook_deliveries_total",
+                                     {"outcome": name}) or 0.0
+
+
+def test_fails_twice_then_succeeds_three_attempts_one_webhook_id(rt, receiver):
+    receiver.reply("/hook", Reply(500), Reply(503))
+    tenant, job_id = completed_job(rt, receiver.url("/hook"))
+    before = (outcomes("retrying"), outcomes("succeeded"))
+    results = [run_due(rt) for _ in range(3)]
+    assert results == [["retrying"], ["retrying"], ["succeeded"]]
+    assert (outcomes("retrying"), outcomes("succeeded")) == (before[0] + 2, before[1] + 1)
+    got = receiver.at("/hook")
+    assert len(got) == 3 and len({r.headers["webhook-id"] for r in got}) == 1
+    secret = rt.webhooks.default_secret(tenant).secret
+    event = verify(got[-1], secret)
+    assert event["id"] == got[0].headers["webhook-id"] and event["type"] == "speech.completed"
+    data = event["data"]
+    assert (data["id"], data["object"], data["status"]) == (job_id, "job", "completed")
+    assert data["metadata"] == {"ref": "r1"} and data["outputs"][0]["url"].startswith("http")
+    [log] = rt.webhooks.deliveries_for_job(tenant, job_id)
+    assert log.status == "succeeded" and log.next_attempt_at is None
+    assert [a.status_code for a in log.attempts] == [500, 503, 200]
+    assert all(a.url_host == f"127.0.0.1:{receiver.port}" for a in log.attempts)
+    assert run_due(rt) == []
+
+
+def test_redirects_are_not_followed(rt, receiver):
+    receiver.reply("/moved", Reply(302, {"location": receiver.url("/elsewhere")}))
+    tenant, job_id = completed_job(rt, receiver.url("/moved"))
+    assert run_due(rt) == ["retrying"]
+    assert receiver.at("/elsewhere") == []
+    [log] = rt.webhooks.deliveries_for_job(tenant, job_id)
+    assert log.attempts[0].status_code == 302 and log.status == "pending"
+
+
+def test_gives_up_when_the_schedule_runs_out(rt, receiver):
+    receiver.reply("/down", Reply(500), Reply(500), Reply(500))
+    tenant, job_id = completed_job(rt, receiver.url("/down"))
+    assert [run_due(rt) for _ in range(3)] == [["retrying"], ["retrying"], ["failed"]]
+    [log] = rt.webhooks.deliveries_for_job(tenant, job_id)
+    assert log.status == "failed" and len(log.attempts) == 3 and run_due(rt) == []
+
+
+def test_a_slow_receiver_times_out(rt, receiver):
+    hold = threading.Event()
+    receiver.reply("/slow", Reply(200, hold=hold))
+    tenant, job_id = completed_job(rt, receiver.url("/slow"))
+    try:
+        assert run_due(rt) == ["retrying"]
+    finally:
+        hold.set()
+    [log] = rt.webhooks.deliveries_for_job(tenant, job_id)
+    assert log.attempts[0].status_code is None and "timed out" in log.attempts[0].error
+
+
+def test_dns_rebinding_is_refused_at_delivery(rt, receiver):
+    """The name passed at submit; at delivery it resolves to the metadata service."""
+    body = json.dumps({"id": "evt_x"})
+    result = send(receiver.url("/hook").replace("127.0.0.1", "hooks.test"), body, {},
+                  rt.settings, resolver=lambda host, port: ["169.254.169.254"])
+    assert result.status_code is None and "cloud-metadata" in result.error
+    result = send(receiver.url("/hook").replace("127.0.0.1", "hooks.test"), body, {},
+                  rt.settings, resolver=lambda host, port: ["127.0.0.1"])
+    assert result.status_code == 200  # the checked address is the one connected to
+    [got] = receiver.at("/hook")
+    assert got.headers["host"] == f"hooks.test:{receiver.port}"
+
+
+def test_a_deleted_job_is_reported_by_id(rt, receiver):
+    tenant, job_id = completed_job(rt, receiver.url("/gone"))
+    assert rt.jobs.delete(job_id, tenant)
+    assert run_due(rt) == ["succeeded"]
+    event = verify(receiver.at("/gone")[0], rt.webhooks.default_secret(tenant).secret)
+    assert event["data"] == {"id": job_id, "object": "job", "deleted": True}
+    assert event["created_at"] <= datetime.now(UTC).timestamp()
