@@ -41,6 +41,7 @@ SCHEDULE_TASK = "omnijobs.schedule_webhooks"
 USER_AGENT = "omnijobs-webhooks/1"
 MAX_BODY_BYTES = 20_000
 RETRY_AFTER_STATUSES = frozenset({429, 502, 503, 504})
+RETRY_AFTER_MAX_S = 24 * 3600.0
 JITTER = 0.1  # each scheduled delay is stretched or shrunk by up to 10 %
 
 
@@ -191,7 +192,7 @@ def next_step(settings: Settings, attempts_before: int, result: SendResult
         return FAILED, None
     delay = schedule[attempts_before + 1] * random.uniform(1 - JITTER, 1 + JITTER)
     if code in RETRY_AFTER_STATUSES and result.retry_after_s is not None:
-        delay = min(result.retry_after_s, max(schedule))
+        delay = min(result.retry_after_s, RETRY_AFTER_MAX_S)
     return PENDING, datetime.now(UTC) + timedelta(seconds=delay)
 
 

@@ -67,13 +67,18 @@ def outcomes(name: str) -> float:
                                      {"outcome": name}) or 0.0
 
 
+def latencies() -> float:
+    return REGISTRY.get_sample_value("omnijobs_webhook_delivery_latency_seconds_count") or 0.0
+
+
 def test_fails_twice_then_succeeds_three_attempts_one_webhook_id(rt, receiver):
     receiver.reply("/hook", Reply(500), Reply(503))
     tenant, job_id = completed_job(rt, receiver.url("/hook"))
-    before = (outcomes("retrying"), outcomes("succeeded"))
+    before = (outcomes("retrying"), outcomes("succeeded"), latencies())
     results = [run_due(rt) for _ in range(3)]
     assert results == [["retrying"], ["retrying"], ["succeeded"]]
-    assert (outcomes("retrying"), outcomes("succeeded")) == (before[0] + 2, before[1] + 1)
+    assert (outcomes("retrying"), outcomes("succeeded"), latencies()) == (
+        before[0] + 2, before[1] + 1, before[2] + 1)
     got = receiver.at("/hook")
     assert len(got) == 3 and len({r.headers["webhook-id"] for r in got}) == 1
     secret = rt.webhooks.default_secret(tenant).secret
