@@ -35,6 +35,17 @@ class Repos:
             request={"input": "hi"}, metadata=None, max_attempts=3, webhook=hook))
         return job
 
+    def cancelled(self, count: int = 1, url: str | None = "https://hooks.example/job"
+                  ) -> list[JobRecord]:
+        jobs = [self.submit(url=url) for _ in range(count)]
+        for job in jobs:
+            self.jobs.cancel(job.id, self.tenant)
+        return jobs
+
+    def endpoint(self, *events: str):
+        return self.hooks.create_endpoint(self.tenant, name="n", url="https://a.example",
+                                          event_types=list(events))[0]
+
     def log(self, job_id: str):
         return self.hooks.deliveries_for_job(self.tenant, job_id)
 
@@ -99,18 +110,14 @@ def test_cancel_of_a_queued_job_and_other_tenants_endpoints(repos):
     other, _ = repos.keys.create_key("o-" + uuid.uuid4().hex)
     repos.hooks.create_endpoint(other, name="other", url="https://o.example",
                                 event_types=["speech.cancelled"])
-    job = repos.submit()
-    repos.jobs.cancel(job.id, repos.tenant)
+    [job] = repos.cancelled()
     [delivery] = repos.log(job.id)
     assert delivery.event_type == "speech.cancelled" and delivery.endpoint_id is None
 
 
 def test_one_delivery_in_flight_per_target_in_creation_order(repos):
-    endpoint, _ = repos.hooks.create_endpoint(repos.tenant, name="n", url="https://a.example",
-                                              event_types=["speech.cancelled"])
-    jobs = [repos.submit(url=None) for _ in range(3)]
-    for job in jobs:
-        repos.jobs.cancel(job.id, repos.tenant)
+    endpoint = repos.endpoint("speech.cancelled")
+    jobs = repos.cancelled(3, url=None)
     ids = [repos.log(j.id)[0].id for j in jobs]
     assert ids == sorted(ids)
     claimed = repos.claimed(ids)
@@ -125,8 +132,7 @@ def test_one_delivery_in_flight_per_target_in_creation_order(repos):
 
 
 def test_an_expired_lock_is_dispatched_again_and_the_stale_one_is_refused(repos):
-    job = repos.submit()
-    repos.jobs.cancel(job.id, repos.tenant)
+    [job] = repos.cancelled()
     [delivery] = repos.log(job.id)
     [(first_id, stale)] = [(d, t) for d, t in repos.hooks.claim_due(0.2, 10_000)
                            if d == delivery.id]
@@ -145,8 +151,7 @@ def test_an_expired_lock_is_dispatched_again_and_the_stale_one_is_refused(repos)
 
 
 def test_a_retry_waits_for_its_time(repos):
-    job = repos.submit()
-    repos.jobs.cancel(job.id, repos.tenant)
+    [job] = repos.cancelled()
     [delivery] = repos.log(job.id)
     token = repos.claimed([delivery.id])[delivery.id]
     work = repos.hooks.start(delivery.id, token, LOCK_S)
@@ -159,18 +164,14 @@ def test_a_retry_waits_for_its_time(repos):
 
 
 def test_410_from_an_endpoint_disables_it_until_it_is_updated(repos):
-    endpoint, _ = repos.hooks.create_endpoint(repos.tenant, name="n", url="https://a.example",
-                                              event_types=["speech.cancelled"])
-    jobs = [repos.submit(url=None) for _ in range(2)]
-    for job in jobs:
-        repos.jobs.cancel(job.id, repos.tenant)
+    endpoint = repos.endpoint("speech.cancelled")
+    jobs = repos.cancelled(2, url=None)
     first = repos.log(jobs[0].id)[0].id
     work = repos.hooks.start(first, repos.claimed([first])[first], LOCK_S)
     assert repos.hooks.finish(work, _attempt(410), STOPPED, LOCK_S) == []
     assert [repos.log(j.id)[0].status for j in jobs] == [STOPPED, STOPPED]
     assert repos.hooks.get_endpoint(repos.tenant, endpoint.id).disabled_at is not None
-    later = repos.submit(url=None)
-    repos.jobs.cancel(later.id, repos.tenant)
+    [later] = repos.cancelled(url=None)
     assert repos.log(later.id) == []  # a disabled endpoint gets no new events
     enabled = repos.hooks.update_endpoint(repos.tenant, endpoint.id, name="n")
     assert enabled.disabled_at is None
