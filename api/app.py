@@ -12,11 +12,18 @@ from core.settings import Settings
 from pipelines import import_pipeline_modules
 from storage.db import make_engine, make_sessionmaker, ping
 from storage.objects import make_store
-from storage.repositories import JobRepository, KeyRepository, OutboxRepository, WebhookRepository
+from storage.repositories import (
+    BatchRepository,
+    FileRepository,
+    JobRepository,
+    KeyRepository,
+    OutboxRepository,
+    WebhookRepository,
+)
 
 from .deps import Publisher, Services, WebhookTester
 from .errors import install_error_handlers
-from .routes import files, health, jobs, models, speech, videos, webhooks
+from .routes import batches, files, health, jobs, models, objects, speech, videos, webhooks
 
 
 def create_app(settings: Settings, publish: Publisher,
@@ -34,8 +41,9 @@ def create_app(settings: Settings, publish: Publisher,
     app.state.services = Services(
         settings=settings, jobs=JobRepository(sessions), keys=KeyRepository(sessions),
         outbox=OutboxRepository(sessions), store=store, publish=publish, ready_checks=checks,
-        webhooks=WebhookRepository(sessions), webhook_tester=webhook_tester)
+        webhooks=WebhookRepository(sessions), webhook_tester=webhook_tester,
+        files=FileRepository(sessions), batches=BatchRepository(sessions))
     install_error_handlers(app)
-    for module in (speech, videos, jobs, models, files, health, webhooks):
+    for module in (speech, videos, jobs, models, objects, files, batches, health, webhooks):
         app.include_router(module.router)
     return app

@@ -11,7 +11,14 @@ from core.errors import AuthenticationFailed
 from core.settings import Settings
 from storage.objects import ObjectStore
 from storage.records import OutboxRecord
-from storage.repositories import JobRepository, KeyRepository, OutboxRepository, WebhookRepository
+from storage.repositories import (
+    BatchRepository,
+    FileRepository,
+    JobRepository,
+    KeyRepository,
+    OutboxRepository,
+    WebhookRepository,
+)
 
 Publisher = Callable[[OutboxRecord], None]
 # (url, secrets, event_type) -> (status code, error): sends one sample event now.
@@ -29,6 +36,8 @@ class Services:
     ready_checks: dict[str, Callable[[], None]]
     webhooks: WebhookRepository
     webhook_tester: WebhookTester | None = None
+    files: FileRepository | None = None
+    batches: BatchRepository | None = None
 
 
 def services(request: Request) -> Services:

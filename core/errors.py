@@ -111,6 +111,27 @@ class ConfigurationError(OmniJobsError):
     code = "configuration_error"
 
 
+# ---- files and batches ---------------------------------------------------------------
+
+class FileTooLarge(OmniJobsError):
+    """An uploaded file is over its limit (a batch input: ``OMNIJOBS_BATCH_MAX_FILE_BYTES``).
+    Nothing is stored."""
+
+    http_status = 413
+    error_type = "invalid_request_error"
+    code = "file_too_large"
+
+
+class BatchQuotaExceeded(OmniJobsError):
+    """The tenant already has as many unfinished batches, or queued batch requests, as its
+    bulk quota allows (separate from the interactive quotas). Nothing was stored."""
+
+    http_status = 429
+    error_type = "rate_limit_error"
+    code = "batch_quota_exceeded"
+    retryable = True
+
+
 # ---- job failures (workers; recorded on the job as its reason) ---------------------
 
 class JobFailure(OmniJobsError):

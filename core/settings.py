@@ -78,6 +78,14 @@ class Settings(BaseSettings):
         default=None, description="CIDRs webhooks may reach despite the SSRF guard; "
         "default: loopback in the embedded mode, none in production")
 
+    # ---- files and batches -------------------------------------------------------------
+    batch_max_file_bytes: int = Field(default=200 * 2**20, ge=1024,
+                                      description="Largest batch input file")
+    batch_max_lines: int = Field(default=50_000, ge=1, le=1_000_000,
+                                 description="Most requests in one batch")
+    batch_max_active: int = Field(default=10, ge=1, description="Unfinished batches a tenant "
+                                  "may have at once (the bulk quota)")
+
     @field_validator("webhook_retry_schedule_s")
     @classmethod
     def _schedule(cls, value: list[float]) -> list[float]:

@@ -13,12 +13,14 @@ from typing import Annotated
 import typer
 
 from core.settings import Settings
+from omnijobs.batch_cli import batch_cli
 
 cli = typer.Typer(help="omnijobs: durable speech and video jobs.", no_args_is_help=True)
 keys_cli = typer.Typer(help="Manage API keys.", no_args_is_help=True)
 cli.add_typer(keys_cli, name="keys")
 webhooks_cli = typer.Typer(help="Webhook signing secrets.", no_args_is_help=True)
 cli.add_typer(webhooks_cli, name="webhooks")
+cli.add_typer(batch_cli, name="batch")
 
 
 def _settings() -> Settings:
@@ -188,6 +190,10 @@ def _run_worker(pipeline: list[str] | None, maintenance: bool, beat: bool,
 
         start_http_server(metrics_port)
     runtime = get_runtime(settings)
+    if maintenance:  # validates batches: each line by the API's own contract
+        from api.batch_lines import line_checker
+
+        runtime.check_line = line_checker(settings)
     runtime.warm(names)
     queues = [get_spec(n).queue for n in names] + ([MAINTENANCE_QUEUE] if maintenance else [])
     queues += [WEBHOOK_QUEUE] if maintenance else []  # deliveries go with maintenance

@@ -73,6 +73,7 @@ class Job(Base):
         UniqueConstraint("tenant_id", "idempotency_key", name="uq_jobs_tenant_idempotency"),
         Index("ix_jobs_tenant_created", "tenant_id", "created_at", "id"),
         Index("ix_jobs_status_lease", "status", "lease_expires_at"),
+        Index("ix_jobs_batch_status", "batch_id", "status"),
     )
 
     id: Mapped[str] = mapped_column(String(40), primary_key=True)
@@ -95,6 +96,11 @@ class Job(Base):
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime())
     started_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     completed_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    # A batch's request: its batch, its line (0-based) and the caller's custom_id.
+    batch_id: Mapped[str | None] = mapped_column(ForeignKey(
+        "batches.id", ondelete="CASCADE", name="fk_jobs_batch_id"))
+    batch_index: Mapped[int | None] = mapped_column(Integer)
+    custom_id: Mapped[str | None] = mapped_column(String(512))
 
     outputs: Mapped[list[Output]] = relationship(
         back_populates="job", order_by="Output.index", lazy="selectin",
@@ -241,3 +247,71 @@ class WebhookAttempt(Base):
     error: Mapped[str | None] = mapped_column(String(300))
     duration_ms: Mapped[int] = mapped_column(Integer)
     next_attempt_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+
+
+# ---- files and batches ---------------------------------------------------------------
+
+class File(Base):
+    """An OpenAI file: a batch input (``purpose=batch``) or a batch's output or error file
+    (``batch_output``). The bytes live in the object store under ``key``."""
+
+    __tablename__ = "files"
+    __table_args__ = (Index("ix_files_tenant_created", "tenant_id", "created_at", "id"),)
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"))
+    purpose: Mapped[str] = mapped_column(String(32))
+    filename: Mapped[str] = mapped_column(String(255))
+    bytes: Mapped[int] = mapped_column(BigInteger)
+    key: Mapped[str] = mapped_column(String(500))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+
+
+class Batch(Base):
+    """An OpenAI batch. Its requests are jobs (``jobs.batch_id``) and, for lines whose body
+    the endpoint refused, rejections. ``lease_*`` marks the one process validating or
+    finalizing it; a lease that runs out is taken over."""
+
+    __tablename__ = "batches"
+    __table_args__ = (Index("ix_batches_tenant_created", "tenant_id", "created_at", "id"),
+                      Index("ix_batches_status", "status"))
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"))
+    endpoint: Mapped[str] = mapped_column(String(32))
+    input_file_id: Mapped[str] = mapped_column(String(40))
+    completion_window: Mapped[str] = mapped_column(String(8))
+    status: Mapped[str] = mapped_column(String(16))
+    metadata_: Mapped[dict | None] = mapped_column("metadata", JSON)
+    errors: Mapped[list | None] = mapped_column(JSON)
+    output_file_id: Mapped[str | None] = mapped_column(String(40))
+    error_file_id: Mapped[str | None] = mapped_column(String(40))
+    total: Mapped[int] = mapped_column(Integer, default=0)
+    completed: Mapped[int] = mapped_column(Integer, default=0)
+    failed: Mapped[int] = mapped_column(Integer, default=0)
+    rejected: Mapped[int] = mapped_column(Integer, default=0)
+    lease_token: Mapped[str | None] = mapped_column(String(32))
+    lease_expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    expires_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    in_progress_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    finalizing_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    completed_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    failed_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    expired_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    cancelling_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    cancelled_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+
+
+class BatchRejection(Base):
+    """A batch line whose body the endpoint refused: the answer it would have given."""
+
+    __tablename__ = "batch_rejections"
+
+    batch_id: Mapped[str] = mapped_column(ForeignKey("batches.id", ondelete="CASCADE"),
+                                          primary_key=True)
+    line: Mapped[int] = mapped_column(Integer, primary_key=True)
+    custom_id: Mapped[str] = mapped_column(String(512))
+    status_code: Mapped[int] = mapped_column(Integer)
+    body: Mapped[dict] = mapped_column(JSON)

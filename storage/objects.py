@@ -2,20 +2,22 @@
 
 Both hand out expiring signed URLs. S3 presigns with SigV4 (against the public
 endpoint when clients reach the store by another address than the workers do); the
-local store signs ``/v1/files/<key>`` with HMAC-SHA256 and the API verifies and serves.
+local store signs ``/v1/objects/<key>`` with HMAC-SHA256 and the API verifies and serves.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+import io
 import logging
 import os
+import shutil
 import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Protocol
+from typing import BinaryIO, Protocol
 from urllib.parse import quote, urlencode
 
 from core.errors import NotFound, SignatureInvalid, StorageFailed
@@ -24,6 +26,7 @@ from core.settings import Settings
 log = logging.getLogger(__name__)
 
 CHUNK = 1 << 20
+OBJECTS_PATH = "/v1/objects"  # where the API serves the local store's signed URLs
 
 
 def object_key(tenant_id: str, job_id: str, index: int, extension: str) -> str:
@@ -33,6 +36,7 @@ def object_key(tenant_id: str, job_id: str, index: int, extension: str) -> str:
 
 class ObjectStore(Protocol):
     def put(self, key: str, data: bytes, content_type: str) -> None: ...
+    def put_file(self, key: str, source: BinaryIO, content_type: str) -> None: ...
     def get(self, key: str) -> bytes: ...
     def stream(self, key: str) -> Iterator[bytes]: ...
     def delete(self, keys: list[str]) -> None: ...
@@ -56,6 +60,9 @@ class LocalStore:
         return path
 
     def put(self, key: str, data: bytes, content_type: str) -> None:
+        self.put_file(key, io.BytesIO(data), content_type)
+
+    def put_file(self, key: str, source: BinaryIO, content_type: str) -> None:
         path = self._path(key)
         path.parent.mkdir(parents=True, exist_ok=True)
         # Write then rename: a reader never sees half an object.
@@ -63,7 +70,7 @@ class LocalStore:
             fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".part-")
             try:
                 with os.fdopen(fd, "wb") as f:
-                    f.write(data)
+                    shutil.copyfileobj(source, f, CHUNK)
                 os.replace(tmp, path)
             except BaseException:
                 Path(tmp).unlink(missing_ok=True)
@@ -98,7 +105,7 @@ class LocalStore:
     def signed_url(self, key: str, ttl_s: int) -> tuple[str, int]:
         expires = int(time.time()) + ttl_s
         query = urlencode({"expires": expires, "signature": self._sign(key, expires)})
-        return f"{self.base_url}/v1/files/{quote(key)}?{query}", expires
+        return f"{self.base_url}{OBJECTS_PATH}/{quote(key)}?{query}", expires
 
     def verify(self, key: str, expires: int, signature: str) -> None:
         if not hmac.compare_digest(self._sign(key, expires), signature):
@@ -160,6 +167,16 @@ class S3Store:
 
     def put(self, key: str, data: bytes, content_type: str) -> None:
         self._call("put", self._client.put_object, Key=key, Body=data, ContentType=content_type)
+
+    def put_file(self, key: str, source: BinaryIO, content_type: str) -> None:
+        """Streamed (multipart above 8 MB): the file is never held in memory whole."""
+        from boto3.exceptions import S3UploadFailedError
+
+        try:
+            self._call("upload", self._client.upload_fileobj, Fileobj=source, Key=key,
+                       ExtraArgs={"ContentType": content_type})
+        except S3UploadFailedError as exc:
+            raise StorageFailed("object store upload failed") from exc
 
     def get(self, key: str) -> bytes:
         return self._call("get", self._client.get_object, Key=key)["Body"].read()

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from core.batches import BatchStatus
 from core.jobs import JobKind, JobStatus
 
 
@@ -148,3 +149,86 @@ class DeliveryLogRecord:
     next_attempt_at: datetime | None
     created_at: datetime
     attempts: tuple[AttemptRecord, ...]
+
+
+# ---- files and batches ---------------------------------------------------------------
+
+@dataclass(frozen=True)
+class FileRecord:
+    id: str
+    tenant_id: str
+    purpose: str
+    filename: str
+    bytes: int
+    key: str
+    created_at: datetime
+    expires_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class NewFile:
+    """A file whose bytes are already in the object store under ``key``."""
+
+    tenant_id: str
+    purpose: str
+    filename: str
+    bytes: int
+    key: str
+    id: str = ""  # chosen by the repository unless given
+
+
+@dataclass(frozen=True)
+class RequestCounts:
+    total: int = 0
+    completed: int = 0
+    failed: int = 0
+
+
+@dataclass(frozen=True)
+class BatchRecord:
+    id: str
+    tenant_id: str
+    endpoint: str
+    input_file_id: str
+    completion_window: str
+    status: BatchStatus
+    metadata: dict[str, str] | None
+    errors: list[dict[str, Any]] | None
+    output_file_id: str | None
+    error_file_id: str | None
+    counts: RequestCounts
+    created_at: datetime
+    expires_at: datetime
+    in_progress_at: datetime | None = None
+    finalizing_at: datetime | None = None
+    completed_at: datetime | None = None
+    failed_at: datetime | None = None
+    expired_at: datetime | None = None
+    cancelling_at: datetime | None = None
+    cancelled_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class LineRejected:
+    """A batch line whose body the endpoint refuses: the status and body it answers."""
+
+    status_code: int
+    body: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class BatchLine:
+    """One checked line of a batch input: a job to create, or the endpoint's refusal."""
+
+    index: int
+    custom_id: str
+    job: NewJob | None = None
+    rejected: LineRejected | None = None
+
+
+@dataclass(frozen=True)
+class RejectionRecord:
+    line: int
+    custom_id: str
+    status_code: int
+    body: dict[str, Any]

@@ -17,6 +17,7 @@ RELAY_EVERY_S = 5.0
 REAP_EVERY_S = 10.0
 SWEEP_EVERY_S = 60.0
 WEBHOOKS_EVERY_S = 1.0
+BATCHES_EVERY_S = 1.0
 
 
 def broker_options(settings: Settings) -> dict:
@@ -60,14 +61,21 @@ def make_celery(settings: Settings, with_tasks: bool = True) -> Celery:
                                   "schedule": WEBHOOKS_EVERY_S,
                                   "options": {"queue": WEBHOOK_QUEUE,
                                               "expires": WEBHOOKS_EVERY_S}},
+            "advance-batches": {"task": "omnijobs.advance_batches",
+                                "schedule": BATCHES_EVERY_S,
+                                "options": {"queue": MAINTENANCE_QUEUE,
+                                            "expires": BATCHES_EVERY_S}},
         },
     )
+    if settings.broker.startswith("filesystem"):  # the embedded broker, with lanes
+        app.conf.broker_transport = "tasks.lanes:FilesystemTransport"
     if with_tasks:
-        from . import deliver, maintenance, render
+        from . import batches, deliver, maintenance, render
 
         render.register(app)
         maintenance.register(app)
         deliver.register(app)
+        batches.register(app)
     return app
 
 

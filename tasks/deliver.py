@@ -26,6 +26,7 @@ from standardwebhooks import Webhook
 from core.errors import WebhookUrlRefused
 from core.settings import Settings
 from core.ssrf import Resolver, Target, check_url, system_resolver
+from storage.batch_views import batch_view
 from storage.records import AttemptRecord, DeliveryWork
 from storage.repositories.webhooks import FAILED, PENDING, STOPPED, SUCCEEDED, url_host
 from storage.views import resource_view
@@ -85,8 +86,13 @@ def event_body(event_id: str, event_type: str, created_at: datetime, data: dict)
 
 
 def resource_data(rt: WorkerRuntime, work: DeliveryWork) -> dict:
-    """The job as ``GET`` shows it now (fresh signed URLs); a job deleted since (a
-    video's DELETE) is reported by id only."""
+    """The job (or batch) as ``GET`` shows it now (fresh signed URLs); a job deleted
+    since (a video's DELETE) is reported by id only."""
+    if work.event_type.startswith("batch."):
+        batch = rt.batches.get(work.job_id)
+        if batch is not None:
+            return batch_view(batch).model_dump(mode="json")
+        return {"id": work.job_id, "object": "batch", "deleted": True}
     job = rt.jobs.get(work.job_id)
     if job is None:
         kind = work.event_type.split(".", 1)[0]

@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 
 from celery import Celery
 
+from core.batches import BULK_LANE
 from core.errors import ServiceUnavailable
 from storage.records import OutboxRecord
 from storage.repositories import OutboxRepository
@@ -16,13 +17,15 @@ log = logging.getLogger(__name__)
 RENDER_TASK = "omnijobs.render"
 MAINTENANCE_QUEUE = "maintenance"
 WEBHOOK_QUEUE = "webhooks"
+BULK_PRIORITY = 9  # a batch's jobs: kombu's Redis transport serves 0 first and 9 last
 
 
 def publish(app: Celery, msg: OutboxRecord) -> None:
     countdown = max(0.0, (msg.available_at - datetime.now(UTC)).total_seconds())
     try:
         app.send_task(RENDER_TASK, args=[msg.job_id], queue=msg.queue,
-                      countdown=countdown or None, retry=False)
+                      countdown=countdown or None, retry=False,
+                      priority=BULK_PRIORITY if msg.payload.get("lane") == BULK_LANE else None)
     except Exception as exc:  # kombu/redis errors: the outbox keeps the message
         raise ServiceUnavailable(f"broker unavailable: {type(exc).__name__}") from exc
 

@@ -10,13 +10,20 @@ from __future__ import annotations
 import os
 import signal
 import socket
+from collections.abc import Callable
 from functools import cached_property
 
 from core.settings import Settings
 from pipelines import Pipeline, get_pipeline_class, import_pipeline_modules
 from storage.db import make_engine, make_sessionmaker
 from storage.objects import ObjectStore, make_store
-from storage.repositories import JobRepository, OutboxRepository, WebhookRepository
+from storage.repositories import (
+    BatchRepository,
+    FileRepository,
+    JobRepository,
+    OutboxRepository,
+    WebhookRepository,
+)
 
 from .pool import FinalizePool
 
@@ -29,6 +36,11 @@ class WorkerRuntime:
         self.jobs = JobRepository(sessions)
         self.outbox = OutboxRepository(sessions)
         self.webhooks = WebhookRepository(sessions)
+        self.batches = BatchRepository(sessions)
+        self.files = FileRepository(sessions)
+        # Batch lines are checked by the API's own contract, which the composition root
+        # hands in to the processes that validate batches (tasks do not import the API).
+        self.check_line: Callable | None = None
         self.worker_id = f"{socket.gethostname()}:{os.getpid()}"
         self._pipelines: dict[str, Pipeline] = {}
         self.finalizer = FinalizePool(settings.finalize_backlog)

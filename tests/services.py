@@ -86,10 +86,17 @@ def drop_database(url: str) -> None:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
+_REDIS_DBS = list(range(1, 16))
+
+
 def redis_url() -> str:
+    """A Redis database of its own for each deployment a test session starts (so one
+    stack's workers never take another's messages), emptied first."""
+    import random
+
     import redis
 
-    db = 1 + uuid.uuid4().int % 15
+    db = _REDIS_DBS.pop(random.randrange(len(_REDIS_DBS)))
     url = f"{REDIS}/{db}"
     try:
         client = redis.Redis.from_url(url, socket_connect_timeout=2)

@@ -8,7 +8,8 @@ from fastapi.responses import JSONResponse, Response
 
 from core.errors import Conflict, InvalidRequest, RenderFailed, clip
 from core.jobs import JobKind, JobStatus
-from pipelines import SpeechRequest, resolve_model
+from core.settings import Settings
+from pipelines import PipelineSpec, SpeechRequest, resolve_model
 
 from ..deps import Services, services, tenant_id
 from ..schemas import SpeechCreate
@@ -16,6 +17,19 @@ from ..service import job_public, parse_prefer, submit, wait_for
 from .webhooks import job_webhook
 
 router = APIRouter()
+
+
+def speech_job(settings: Settings, body: SpeechCreate) -> tuple[PipelineSpec, dict]:
+    """The pipeline and the job's request for a speech body, or InvalidRequest: the
+    endpoint's contract, which batch lines go through too."""
+    spec = resolve_model(body.model, settings.pipelines, settings.model_aliases)
+    if spec.kind is not JobKind.SPEECH:
+        raise InvalidRequest(f"model '{clip(body.model)}' does not generate speech",
+                             param="model", code="unsupported_model")
+    fields = body.model_dump(exclude_none=True, exclude={
+        "model", "metadata", "stream_format", "webhook_url", "webhook_events"})
+    spec.validate_speech(SpeechRequest.from_dict(fields))
+    return spec, fields
 
 
 def accepted(svc: Services, job, applied: str | None) -> JSONResponse:
@@ -30,13 +44,7 @@ async def create_speech(body: SpeechCreate, svc: Services = Depends(services),
                         tenant: str = Depends(tenant_id),
                         prefer: str | None = Header(default=None),
                         idempotency_key: str | None = Header(default=None)) -> Response:
-    spec = resolve_model(body.model, svc.settings.pipelines, svc.settings.model_aliases)
-    if spec.kind is not JobKind.SPEECH:
-        raise InvalidRequest(f"model '{clip(body.model)}' does not generate speech",
-                             param="model", code="unsupported_model")
-    fields = body.model_dump(exclude_none=True, exclude={
-        "model", "metadata", "stream_format", "webhook_url", "webhook_events"})
-    spec.validate_speech(SpeechRequest.from_dict(fields))
+    spec, fields = speech_job(svc.settings, body)
     webhook = await run_in_threadpool(job_webhook, svc, body.webhook_url, body.webhook_events,
                                       JobKind.SPEECH)
     job = await run_in_threadpool(submit, svc, tenant=tenant, spec=spec, model=body.model,

@@ -14,6 +14,7 @@ from starlette.datastructures import UploadFile
 
 from core.errors import InvalidRequest, NotFound, clip
 from core.jobs import JobKind
+from core.settings import Settings
 from pipelines import PipelineSpec, VideoRequest, all_specs, resolve_model
 from storage.objects import object_key
 from storage.views import video_view
@@ -47,14 +48,14 @@ async def read_body(request: Request) -> dict:
     return body
 
 
-def pick_spec(svc: Services, model: str | None) -> PipelineSpec:
+def pick_spec(settings: Settings, model: str | None) -> PipelineSpec:
     if model is None:
-        spec = next((s for s in all_specs(svc.settings.pipelines) if s.video), None)
+        spec = next((s for s in all_specs(settings.pipelines) if s.video), None)
         if spec is None:
             raise InvalidRequest("no video model is enabled here", param="model",
                                  code="model_not_found")
         return spec
-    spec = resolve_model(model, svc.settings.pipelines, svc.settings.model_aliases)
+    spec = resolve_model(model, settings.pipelines, settings.model_aliases)
     if spec.video is None:
         raise InvalidRequest(f"model '{clip(model)}' does not generate video", param="model",
                              code="unsupported_model")
@@ -92,6 +93,18 @@ def draw_seed(tenant: str, idempotency_key: str | None) -> int:
     return int.from_bytes(digest[:4], "big") >> 1
 
 
+def video_job(settings: Settings, body: VideoCreate, tenant: str, key: str | None
+              ) -> tuple[PipelineSpec, str, dict]:
+    """The pipeline, model and job request for a video body (an unseeded job of a
+    random-seed pipeline gets its seed here), or InvalidRequest: the endpoint's contract,
+    which batch lines go through too."""
+    spec = pick_spec(settings, body.model)
+    fields = video_request(spec, body)
+    if fields["seed"] is None and spec.video.random_seed:
+        fields["seed"] = draw_seed(tenant, key)
+    return spec, body.model or spec.models[0], fields
+
+
 def video_public(svc: Services, job) -> VideoPublic:
     return video_view(job, svc.store, svc.settings.signed_url_ttl_s)
 
@@ -105,14 +118,11 @@ async def create_video(request: Request, svc: Services = Depends(services),
         body = VideoCreate.model_validate(raw)
     except ValidationError as exc:
         raise RequestValidationError(exc.errors()) from None
-    spec = pick_spec(svc, body.model)
-    fields = video_request(spec, body)
-    if fields["seed"] is None and spec.video.random_seed:
-        fields["seed"] = draw_seed(tenant, idempotency_key)
+    spec, model, fields = video_job(svc.settings, body, tenant, idempotency_key)
     webhook = await run_in_threadpool(job_webhook, svc, body.webhook_url, body.webhook_events,
                                       JobKind.VIDEO)
     job = await run_in_threadpool(submit, svc, tenant=tenant, spec=spec,
-                                  model=body.model or spec.models[0], request=fields,
+                                  model=model, request=fields,
                                   metadata=body.metadata, idempotency_key=idempotency_key,
                                   webhook=webhook)
     return JSONResponse(video_public(svc, job).model_dump(),

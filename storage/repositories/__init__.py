@@ -1,8 +1,11 @@
 """Repositories own every SQL statement; callers get records, never sessions."""
 
+from .batches import BatchRepository
+from .files import FileRepository
 from .jobs import JobRepository
 from .keys import KeyRepository
 from .outbox import OutboxRepository
 from .webhooks import WebhookRepository
 
-__all__ = ["JobRepository", "KeyRepository", "OutboxRepository", "WebhookRepository"]
+__all__ = ["BatchRepository", "FileRepository", "JobRepository", "KeyRepository",
+           "OutboxRepository", "WebhookRepository"]

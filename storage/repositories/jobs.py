@@ -49,6 +49,17 @@ def _record(j: Job) -> JobRecord:
     )
 
 
+def cancel_batch_jobs(s: Session, batch_id: str, now: datetime) -> int:
+    """queued|running -> cancelled for every unfinished job of a batch, in one statement
+    of the caller's transaction (a running job's worker stops at its next heartbeat).
+    The batch's own event reports it; no per-job events."""
+    return s.execute(update(Job).where(
+        Job.batch_id == batch_id,
+        Job.status.in_([JobStatus.QUEUED.value, JobStatus.RUNNING.value])).values(
+        status=JobStatus.CANCELLED.value, completed_at=now, updated_at=now,
+        lease_expires_at=None)).rowcount
+
+
 class JobRepository:
     def __init__(self, sessions: sessionmaker[Session]) -> None:
         self._sessions = sessions

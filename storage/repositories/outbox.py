@@ -7,19 +7,29 @@ from datetime import UTC, datetime, timedelta
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session, sessionmaker
 
-from ..models import OutboxMessage
+from core.batches import BULK_LANE
+
+from ..models import Job, OutboxMessage
 from ..records import OutboxRecord
 
 
 def add_message(s: Session, *, topic: str, job_id: str, queue: str, payload: dict,
                 delay_s: float = 0.0) -> OutboxMessage:
-    """Stage a message inside the caller's transaction (used by the job repository)."""
+    """Stage a message inside the caller's transaction (used by the job repository). A
+    batch job's render message keeps the bulk lane, whoever re-sends it."""
     now = datetime.now(UTC)
+    if topic == "render" and "lane" not in payload and _in_batch(s, job_id):
+        payload = {**payload, "lane": BULK_LANE}
     msg = OutboxMessage(topic=topic, job_id=job_id, queue=queue, payload=payload,
                         created_at=now, available_at=now + timedelta(seconds=delay_s))
     s.add(msg)
     s.flush()
     return msg
+
+
+def _in_batch(s: Session, job_id: str) -> bool:
+    job = s.get(Job, job_id)  # the identity map has it when the job was just added
+    return job is not None and job.batch_id is not None
 
 
 def _record(m: OutboxMessage) -> OutboxRecord:

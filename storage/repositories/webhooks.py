@@ -74,24 +74,37 @@ def subscribe_job(s: Session, job_id: str, hook: JobWebhookRequest | None) -> No
 
 def stage_job_event(s: Session, job_id: str, event: str) -> None:
     """Write the event and one delivery per interested target, in the caller's
-    transaction. ``started`` is reported for the first attempt only."""
-    job = s.execute(select(Job.tenant_id, Job.kind, Job.attempts).where(Job.id == job_id)).first()
-    if job is None or (event == "started" and job.attempts > 1):
+    transaction. ``started`` is reported for the first attempt only. A batch's jobs have
+    no events of their own: their batch's event reports them."""
+    job = s.execute(select(Job.tenant_id, Job.kind, Job.attempts, Job.batch_id).where(
+        Job.id == job_id)).first()
+    if job is None or job.batch_id is not None or (event == "started" and job.attempts > 1):
         return
     event_type = f"{job.kind}.{event}"
     targets: list[tuple[str | None, str | None, str]] = []  # (endpoint, url, target)
     sub = s.get(JobWebhook, job_id)
     if sub is not None and sub.stopped_at is None and event_type in sub.event_types:
         targets.append((None, sub.url, job_id))
+    _stage(s, job.tenant_id, job_id, event_type, targets)
+
+
+def stage_batch_event(s: Session, tenant_id: str, batch_id: str, event_type: str) -> None:
+    """A ``batch.*`` event for the tenant's registered endpoints, in the caller's
+    transaction (the batch's terminal transition). ``job_id`` holds the batch's id."""
+    _stage(s, tenant_id, batch_id, event_type, [])
+
+
+def _stage(s: Session, tenant_id: str, subject_id: str, event_type: str,
+           targets: list[tuple[str | None, str | None, str]]) -> None:
     for endpoint_id, types in s.execute(select(
             WebhookEndpoint.id, WebhookEndpoint.event_types).where(
-            WebhookEndpoint.tenant_id == job.tenant_id, WebhookEndpoint.disabled_at.is_(None))):
+            WebhookEndpoint.tenant_id == tenant_id, WebhookEndpoint.disabled_at.is_(None))):
         if event_type in types:
             targets.append((endpoint_id, None, endpoint_id))
     if not targets:
         return
     now = _now()
-    evt = WebhookEvent(id="evt_" + uuid.uuid4().hex, tenant_id=job.tenant_id, job_id=job_id,
+    evt = WebhookEvent(id="evt_" + uuid.uuid4().hex, tenant_id=tenant_id, job_id=subject_id,
                        type=event_type, created_at=now)
     s.add(evt)
     s.flush()

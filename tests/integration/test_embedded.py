@@ -64,7 +64,7 @@ def test_embedded_speech_and_local_signed_urls(embedded):
         assert probe.sample_rate == 22050 and probe.duration_s > 0.5
         job = wait_job(c, resp.headers["x-job-id"])
     url = job["outputs"][0]["url"]
-    assert url.startswith(base + "/v1/files/")
+    assert url.startswith(base + "/v1/objects/")
     assert httpx.get(url).content == resp.content  # no Authorization header
     assert httpx.get(url.replace("signature=", "signature=0")).status_code == 403
     time.sleep(4)

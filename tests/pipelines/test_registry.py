@@ -121,6 +121,9 @@ def test_nothing_but_the_cli_imports_api_or_tasks():
 
 
 def test_the_entry_point_package_holds_only_the_entry_point():
-    assert sorted(p.name for p in (ROOT / "omnijobs").glob("*.py")) == ["__init__.py", "cli.py"]
+    """The console script, and the batch client beside it (an HTTP client only)."""
+    assert sorted(p.name for p in (ROOT / "omnijobs").glob("*.py")) == [
+        "__init__.py", "batch_cli.py", "cli.py"]
+    assert not _our_imports(ROOT / "omnijobs" / "batch_cli.py")
     assert not [p for p in (ROOT / "omnijobs").iterdir() if p.is_dir()
                 and p.name != "__pycache__"]

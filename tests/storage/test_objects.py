@@ -62,9 +62,9 @@ def test_local_signed_url_verifies(local: LocalStore) -> None:
     key = "jobs/b/0.wav"
     before = int(time.time())
     url, expires = local.signed_url(key, ttl_s=60)
-    assert url.startswith("http://api.test:8000/v1/files/jobs/b/0.wav?")
+    assert url.startswith("http://api.test:8000/v1/objects/jobs/b/0.wav?")
     path, url_expires, signature = _params(url)
-    assert path == "/v1/files/" + key
+    assert path == "/v1/objects/" + key
     assert url_expires == expires
     assert before + 60 <= expires <= int(time.time()) + 60
     local.verify(key, expires, signature)  # does not raise

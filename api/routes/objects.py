@@ -1,0 +1,30 @@
+"""``GET /v1/objects/<key>``: the embedded mode's signed object URLs (no auth header
+needed: the signature names one object until it expires). ``LocalStore.signed_url``
+writes these URLs with the same ``OBJECTS_PATH``."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Depends, Query
+from fastapi.responses import StreamingResponse
+
+from core.errors import NotFound
+from storage.objects import OBJECTS_PATH, LocalStore
+
+from ..deps import Services, services
+
+router = APIRouter()
+
+CONTENT_TYPES = {"mp3": "audio/mpeg", "opus": "audio/ogg", "aac": "audio/aac",
+                 "flac": "audio/flac", "wav": "audio/wav", "pcm": "audio/pcm",
+                 "mp4": "video/mp4"}
+
+
+@router.get(OBJECTS_PATH + "/{key:path}")
+def signed_object(key: str, expires: int = Query(), signature: str = Query(max_length=128),
+                  svc: Services = Depends(services)) -> StreamingResponse:
+    store = svc.store
+    if not isinstance(store, LocalStore):
+        raise NotFound("signed object URLs are served by the object store in this deployment")
+    store.verify(key, expires, signature)
+    media_type = CONTENT_TYPES.get(key.rsplit(".", 1)[-1], "application/octet-stream")
+    return StreamingResponse(store.stream(key), media_type=media_type)

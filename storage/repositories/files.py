@@ -1,0 +1,88 @@
+"""OpenAI files: batch inputs and the output and error files batches write. The rows say
+what exists; the bytes are in the object store."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime
+
+from sqlalchemy import delete, select
+from sqlalchemy.orm import Session, sessionmaker
+
+from ..models import File
+from ..records import FileRecord, NewFile
+
+
+def new_file_id() -> str:
+    return "file-" + uuid.uuid4().hex
+
+
+def file_key(tenant_id: str, file_id: str) -> str:
+    """Outside any ``<tenant>/<job id>/`` prefix, so no job's cleanup ever touches it."""
+    return f"{tenant_id}/files/{file_id}.jsonl"
+
+
+def add_file(s: Session, new: NewFile, now: datetime) -> FileRecord:
+    """Stage the file's row inside the caller's transaction."""
+    row = File(id=new.id or new_file_id(), tenant_id=new.tenant_id, purpose=new.purpose,
+               filename=new.filename, bytes=new.bytes, key=new.key, created_at=now)
+    s.add(row)
+    return _record(row)
+
+
+def _record(f: File) -> FileRecord:
+    return FileRecord(id=f.id, tenant_id=f.tenant_id, purpose=f.purpose, filename=f.filename,
+                      bytes=f.bytes, key=f.key, created_at=f.created_at,
+                      expires_at=f.expires_at)
+
+
+class FileRepository:
+    def __init__(self, sessions: sessionmaker[Session]) -> None:
+        self._sessions = sessions
+
+    def create(self, new: NewFile) -> FileRecord:
+        with self._sessions.begin() as s:
+            return add_file(s, new, datetime.now(UTC))
+
+    def get(self, file_id: str, tenant_id: str | None = None) -> FileRecord | None:
+        with self._sessions() as s:
+            q = select(File).where(File.id == file_id)
+            if tenant_id is not None:
+                q = q.where(File.tenant_id == tenant_id)
+            row = s.scalar(q)
+            return _record(row) if row else None
+
+    def list(self, tenant_id: str, *, after: str | None = None, limit: int = 20,
+             order: str = "desc", purpose: str | None = None
+             ) -> tuple[list[FileRecord], bool]:
+        """Cursor pagination on (created_at, id); returns (page, has_more)."""
+        with self._sessions() as s:
+            q = select(File).where(File.tenant_id == tenant_id)
+            if purpose is not None:
+                q = q.where(File.purpose == purpose)
+            cursor = s.execute(select(File.created_at, File.id).where(
+                File.id == after, File.tenant_id == tenant_id)).first() if after else None
+            keys = (File.created_at, File.id)
+            if cursor is not None:
+                q = q.where(_beyond(keys, cursor, order))
+            q = q.order_by(*(k.desc() if order == "desc" else k.asc() for k in keys))
+            rows = s.scalars(q.limit(limit + 1)).all()
+            return [_record(f) for f in rows[:limit]], len(rows) > limit
+
+    def delete(self, file_id: str, tenant_id: str) -> FileRecord | None:
+        """Remove the row; returns what it was (its key is the caller's to delete)."""
+        with self._sessions.begin() as s:
+            row = s.scalar(select(File).where(File.id == file_id, File.tenant_id == tenant_id))
+            if row is None:
+                return None
+            record = _record(row)
+            s.execute(delete(File).where(File.id == file_id))
+            return record
+
+
+def _beyond(keys, cursor, order: str):
+    """Rows after ``cursor`` in (created_at, id) order (before it, newest first)."""
+    (at, ident), (at_value, id_value) = keys, cursor
+    if order == "desc":
+        return (at < at_value) | ((at == at_value) & (ident < id_value))
+    return (at > at_value) | ((at == at_value) & (ident > id_value))

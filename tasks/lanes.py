@@ -1,0 +1,117 @@
+"""Render lanes: interactive jobs first, a batch's jobs (the bulk lane) after them.
+
+Both lanes share their pipeline's queue; a bulk message carries the lowest priority.
+With Redis, kombu keeps one list per priority step (``queue``, ``queue\\x06\\x169``, ...)
+and a worker's BRPOP names every step of every queue it serves, highest priority first:
+Redis pops from the first non-empty list, so with prefetch 1 and late acks a free
+worker takes an interactive job before any bulk one, whichever of its queues holds it.
+(The order *between queues* round-robins, but only within one priority step.)
+
+The embedded filesystem broker has no priorities; ``FilesystemTransport`` adds them:
+the lane leads the message's file name, and a consumer takes the first name across all
+the queues it serves, so the same rule holds there.
+
+Bulk publishing sends a batch's messages through kombu's producer batches (Redis
+pipelines, one round trip per few thousand messages) instead of one ``send_task`` each.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import uuid
+from collections.abc import Callable, Sequence
+from queue import Empty
+from time import monotonic
+
+from celery import Celery
+from kombu.exceptions import ChannelError
+from kombu.transport import filesystem
+from kombu.utils.encoding import str_to_bytes
+from kombu.utils.json import dumps
+
+from core.errors import ServiceUnavailable
+
+from .dispatch import BULK_PRIORITY, RENDER_TASK
+
+log = logging.getLogger(__name__)
+
+PUBLISH_CHUNK = 2000
+
+
+def publish_bulk(app: Celery, queued: Sequence[tuple[str, str]],
+                 published: Callable[[list[str]], None]) -> None:
+    """Send a render message per ``(job id, queue)`` in the bulk lane, a chunk per
+    round trip; ``published`` records each chunk once the broker has it."""
+    with app.producer_or_acquire() as producer:
+        for start in range(0, len(queued), PUBLISH_CHUNK):
+            chunk = queued[start:start + PUBLISH_CHUNK]
+            try:
+                with producer.batch(max_size=PUBLISH_CHUNK):
+                    for job_id, queue in chunk:
+                        _publish(app, producer, job_id, queue)
+            except Exception as exc:  # kombu/redis: the outbox keeps what was not sent
+                raise ServiceUnavailable(f"broker unavailable: {type(exc).__name__}") from exc
+            published([job_id for job_id, _ in chunk])
+
+
+def _publish(app: Celery, producer, job_id: str, queue: str) -> None:
+    """The render message ``send_task`` would send, without its per-message signals
+    and sent-events (a batch sends tens of thousands)."""
+    msg = app.amqp.as_task_v2(str(uuid.uuid4()), RENDER_TASK, args=[job_id],
+                              argsrepr=repr([job_id]), kwargsrepr="{}", ignore_result=True)
+    producer.publish(msg.body, exchange="", routing_key=queue, headers=msg.headers,
+                     priority=BULK_PRIORITY, serializer="json", retry=False, **msg.properties)
+
+
+# ---- the embedded broker, with lanes -------------------------------------------------
+
+def _lane_prefix(priority: int) -> str:
+    return f"p{BULK_PRIORITY if priority >= BULK_PRIORITY else 0}-"
+
+
+class _FirstMessageFirst:
+    """A consumer's queue cycle that serves the queue holding the first message by name
+    (lane, then age) instead of taking the queues in turn."""
+
+    def __init__(self, channel: LaneChannel) -> None:
+        self.channel = channel
+
+    def get(self, callback, **_kwargs):
+        channel = self.channel
+        active = set(channel._active_queues)
+        for name in sorted(os.listdir(channel.data_folder_in)):
+            queue = name.partition(".")[2].removesuffix(".msg")
+            if queue in active:
+                try:
+                    return channel._get_and_deliver(queue, callback)
+                except Empty:  # another consumer took it meanwhile
+                    continue
+        raise Empty()
+
+    def close(self) -> None:
+        pass
+
+
+class LaneChannel(filesystem.Channel):
+    def _put(self, queue, payload, **kwargs):
+        """As kombu's, with the message's lane leading its file name, and written under
+        a temporary name first: a consumer never reads a file still being written."""
+        lane = _lane_prefix(self._get_message_priority(payload))
+        name = f"{lane}{int(round(monotonic() * 1000)):015d}_{uuid.uuid4()}.{queue}.msg"
+        path = os.path.join(self.data_folder_out, name)
+        try:
+            with open(path + ".part", "wb") as f:
+                f.write(str_to_bytes(dumps(payload)))
+            os.replace(path + ".part", path)
+        except OSError as exc:
+            raise ChannelError(f"Cannot add file {name!r} to directory") from exc
+
+    def _reset_cycle(self):
+        self._cycle = _FirstMessageFirst(self)
+
+
+class FilesystemTransport(filesystem.Transport):
+    """kombu's filesystem transport with lanes (``broker_transport`` in embedded mode)."""
+
+    Channel = LaneChannel
