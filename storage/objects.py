@@ -169,12 +169,16 @@ class S3Store:
         self._call("put", self._client.put_object, Key=key, Body=data, ContentType=content_type)
 
     def put_file(self, key: str, source: BinaryIO, content_type: str) -> None:
-        """Streamed (multipart above 8 MB): the file is never held in memory whole."""
+        """Streamed in 8 MB parts, two at a time: at most a few parts are ever in memory,
+        whatever the file's size."""
         from boto3.exceptions import S3UploadFailedError
+        from boto3.s3.transfer import TransferConfig
 
+        config = TransferConfig(max_concurrency=2)
+        config.max_in_memory_upload_chunks = 2  # s3transfer's knob (boto3 doesn't pass it)
         try:
             self._call("upload", self._client.upload_fileobj, Fileobj=source, Key=key,
-                       ExtraArgs={"ContentType": content_type})
+                       ExtraArgs={"ContentType": content_type}, Config=config)
         except S3UploadFailedError as exc:
             raise StorageFailed("object store upload failed") from exc
 

@@ -43,25 +43,31 @@ def publish_bulk(app: Celery, queued: Sequence[tuple[str, str]],
                  published: Callable[[list[str]], None]) -> None:
     """Send a render message per ``(job id, queue)`` in the bulk lane, a chunk per
     round trip; ``published`` records each chunk once the broker has it."""
+    template = app.amqp.as_task_v2("", RENDER_TASK, args=[""], kwargsrepr="{}",
+                                   ignore_result=True)
     with app.producer_or_acquire() as producer:
         for start in range(0, len(queued), PUBLISH_CHUNK):
             chunk = queued[start:start + PUBLISH_CHUNK]
             try:
                 with producer.batch(max_size=PUBLISH_CHUNK):
                     for job_id, queue in chunk:
-                        _publish(app, producer, job_id, queue)
+                        _publish(producer, template, job_id, queue)
             except Exception as exc:  # kombu/redis: the outbox keeps what was not sent
                 raise ServiceUnavailable(f"broker unavailable: {type(exc).__name__}") from exc
             published([job_id for job_id, _ in chunk])
 
 
-def _publish(app: Celery, producer, job_id: str, queue: str) -> None:
-    """The render message ``send_task`` would send, without its per-message signals
-    and sent-events (a batch sends tens of thousands)."""
-    msg = app.amqp.as_task_v2(str(uuid.uuid4()), RENDER_TASK, args=[job_id],
-                              argsrepr=repr([job_id]), kwargsrepr="{}", ignore_result=True)
-    producer.publish(msg.body, exchange="", routing_key=queue, headers=msg.headers,
-                     priority=BULK_PRIORITY, serializer="json", retry=False, **msg.properties)
+def _publish(producer, template, job_id: str, queue: str) -> None:
+    """The render message ``send_task`` would send (Celery's own, built once, with this
+    job's id and a task id of its own), without the per-message signals and sent-events
+    that would cost more than the publish itself for tens of thousands of jobs."""
+    task_id = str(uuid.uuid4())
+    args, kwargs, embed = template.body
+    headers = {**template.headers, "id": task_id, "root_id": task_id,
+               "argsrepr": repr([job_id])}
+    producer.publish(([job_id], kwargs, embed), exchange="", routing_key=queue,
+                     headers=headers, priority=BULK_PRIORITY, serializer="json", retry=False,
+                     **{**template.properties, "correlation_id": task_id})
 
 
 # ---- the embedded broker, with lanes -------------------------------------------------

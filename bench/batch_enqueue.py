@@ -1,0 +1,168 @@
+"""How fast does a 50,000-line speech batch get from upload to all its jobs queued?
+
+A real deployment (API process, a maintenance worker with beat, PostgreSQL, Redis,
+SeaweedFS; no render worker, so every job stays queued) takes a 50,000-line
+``/v1/audio/speech`` batch through the openai SDK: upload, create, then wait until the
+batch is ``in_progress`` and its 50,000 render messages are in the Redis bulk lane.
+Side by side in the same run, the baseline: the same requests submitted one at a time to
+``POST /v1/audio/speech`` (``Prefer: respond-async``), on a sample, per job. Then the
+API's peak memory while a large batch file (default 190 MB) is uploaded.
+
+Run: .venv/bin/python -m bench.batch_enqueue [--lines 50000] [--sample 500] [--upload-mb 190]
+Needs PostgreSQL and Redis as for the tests; starts SeaweedFS itself.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+import redis
+from openai import OpenAI
+
+from tests.conftest import stack_env
+from tests.services import (
+    Process,
+    create_database,
+    drop_database,
+    free_port,
+    redis_url,
+    spawn,
+    start_seaweedfs,
+    wait_until,
+)
+
+BULK_KEY = "pipeline.piper-joe\x06\x169"  # kombu's Redis list for priority 9
+
+
+def line(i: int, text: str) -> bytes:
+    return json.dumps({"custom_id": f"line-{i}", "method": "POST", "url": "/v1/audio/speech",
+                       "body": {"model": "tts-1", "voice": "alloy", "response_format": "mp3",
+                                "input": text}}).encode() + b"\n"
+
+
+def peak_rss_mb(proc: Process) -> float:
+    """VmHWM of the worker or API process (the supervisor's child for a worker)."""
+    pids = [proc.proc.pid, *(int(p) for p in Path(f"/proc/{proc.proc.pid}/task").glob(
+        "*/children") for p in p.read_text().split())]
+    peaks = []
+    for pid in pids:
+        for row in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if row.startswith("VmHWM:"):
+                peaks.append(int(row.split()[1]) / 1024)
+    return max(peaks)
+
+
+def enqueue(sdk: OpenAI, broker: redis.Redis, lines: int) -> dict:
+    data = b"".join(line(i, f"Sentence number {i} of the bulk benchmark.")
+                    for i in range(lines))
+    started = time.perf_counter()
+    source = sdk.files.create(file=("bulk.jsonl", io.BytesIO(data)), purpose="batch")
+    uploaded = time.perf_counter()
+    batch = sdk.batches.create(input_file_id=source.id, endpoint="/v1/audio/speech",
+                               completion_window="24h")
+    created = time.perf_counter()
+    while sdk.batches.retrieve(batch.id).status == "validating":
+        time.sleep(0.05)
+    committed = time.perf_counter()
+    while broker.llen(BULK_KEY) < lines:
+        time.sleep(0.02)
+    queued = time.perf_counter()
+    final = sdk.batches.retrieve(batch.id)
+    assert final.status == "in_progress" and final.request_counts.total == lines, final
+    return {"file_mb": round(len(data) / 2**20, 1), "upload_s": round(uploaded - started, 2),
+            "create_s": round(created - uploaded, 2),
+            "created_to_jobs_committed_s": round(committed - created, 2),
+            "committed_to_all_published_s": round(queued - committed, 2),
+            "upload_to_all_queued_s": round(queued - started, 2),
+            "per_job_us": round((queued - started) / lines * 1e6, 1)}
+
+
+def interactive(base: str, key: str, sample: int) -> dict:
+    with httpx.Client(base_url=base, headers={"Authorization": f"Bearer {key}",
+                                               "Prefer": "respond-async"}, timeout=60) as c:
+        started = time.perf_counter()
+        for i in range(sample):
+            resp = c.post("/v1/audio/speech", json={
+                "model": "tts-1", "voice": "alloy", "response_format": "mp3",
+                "input": f"Sentence number {i} of the bulk benchmark."})
+            assert resp.status_code == 202, resp.text
+        spent = time.perf_counter() - started
+    return {"sample": sample, "seconds": round(spent, 2),
+            "per_job_us": round(spent / sample * 1e6, 1)}
+
+
+def upload_memory(sdk: OpenAI, api: Process, megabytes: int, home: Path) -> dict:
+    """Peak API memory while a large file goes up (streamed to the store, never whole)."""
+    path = home / "big.jsonl"
+    text = "A long narration line for the upload benchmark. " * 80
+    with path.open("wb") as f:
+        i = 0
+        while f.tell() < megabytes * 2**20:
+            f.write(line(i, text))
+            i += 1
+    before = peak_rss_mb(api)
+    started = time.perf_counter()
+    with path.open("rb") as f:
+        made = sdk.files.create(file=("big.jsonl", f), purpose="batch")
+    return {"file_mb": round(made.bytes / 2**20, 1),
+            "upload_s": round(time.perf_counter() - started, 2),
+            "api_peak_rss_before_mb": round(before, 1),
+            "api_peak_rss_after_mb": round(peak_rss_mb(api), 1)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--lines", type=int, default=50_000)
+    parser.add_argument("--sample", type=int, default=500)
+    parser.add_argument("--upload-mb", type=int, default=190)
+    args = parser.parse_args()
+    home = Path(tempfile.mkdtemp(prefix="omnijobs-bench-"))
+    pg, broker_url = create_database(), redis_url()
+    from storage.migrate import upgrade
+
+    upgrade(pg)
+    sw = start_seaweedfs(home / "seaweedfs")
+    env = stack_env(pg, broker_url, sw, home, OMNIJOBS_PIPELINES='["piper-joe", "test-silent"]')
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    procs = {"api": spawn("api", ["api", "--port", str(port)], env, home),
+             "maintenance": spawn("maintenance", ["worker", "--beat", "--pipeline",
+                                                  "test-silent"], env, home)}
+    try:
+        wait_until(lambda: httpx.get(f"{base}/readyz").status_code == 200, 60, "API")
+        wait_until(lambda: "ready" in procs["maintenance"].log.read_text(), 90, "maintenance")
+        key = spawn_key(env, home)
+        sdk = OpenAI(base_url=base + "/v1", api_key=key, max_retries=0, timeout=600)
+        report = {"lines": args.lines, "cpu_count": os.cpu_count(),
+                  "batch": enqueue(sdk, redis.Redis.from_url(broker_url), args.lines),
+                  "maintenance_peak_rss_mb": round(peak_rss_mb(procs["maintenance"]), 1),
+                  "interactive": interactive(base, key, args.sample)}
+        report["interactive_over_batch_per_job"] = round(
+            report["interactive"]["per_job_us"] / report["batch"]["per_job_us"], 1)
+        if args.upload_mb:
+            report["large_upload"] = upload_memory(sdk, procs["api"], args.upload_mb, home)
+        print(json.dumps(report, indent=2))
+    finally:
+        for proc in procs.values():
+            proc.stop()
+        sw.stop()
+        drop_database(pg)
+        shutil.rmtree(home, ignore_errors=True)
+
+
+def spawn_key(env: dict[str, str], home: Path) -> str:
+    proc = spawn("keys", ["keys", "create", "--tenant", "bench"], env, home)
+    proc.proc.wait(60)
+    return proc.log.read_text().strip().splitlines()[-1]
+
+
+if __name__ == "__main__":
+    main()
