@@ -22,7 +22,7 @@ import os
 import uuid
 from collections.abc import Callable, Sequence
 from queue import Empty
-from time import monotonic
+from time import monotonic_ns
 
 from celery import Celery
 from kombu.exceptions import ChannelError
@@ -104,7 +104,7 @@ class LaneChannel(filesystem.Channel):
         """As kombu's, with the message's lane leading its file name, and written under
         a temporary name first: a consumer never reads a file still being written."""
         lane = _lane_prefix(self._get_message_priority(payload))
-        name = f"{lane}{int(round(monotonic() * 1000)):015d}_{uuid.uuid4()}.{queue}.msg"
+        name = f"{lane}{monotonic_ns():020d}_{uuid.uuid4()}.{queue}.msg"  # then oldest first
         path = os.path.join(self.data_folder_out, name)
         try:
             with open(path + ".part", "wb") as f:

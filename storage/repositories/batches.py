@@ -149,7 +149,8 @@ class BatchRepository:
                 Batch.id == batch_id, Batch.tenant_id == tenant_id,
                 Batch.status.in_([BatchStatus.VALIDATING.value,
                                   BatchStatus.IN_PROGRESS.value])).values(
-                status=BatchStatus.CANCELLING.value, cancelling_at=now)).rowcount
+                status=BatchStatus.CANCELLING.value, cancelling_at=now, lease_token=None,
+                lease_expires_at=None)).rowcount  # a validator's lease: its CAS fails now
             if moved:
                 cancel_batch_jobs(s, batch_id, now)
         return self.get(batch_id, tenant_id)
