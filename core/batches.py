@@ -35,5 +35,14 @@ BATCH_TERMINAL = frozenset({BatchStatus.FAILED, BatchStatus.COMPLETED, BatchStat
 # What a finalizing batch becomes, and the webhook event it announces.
 EVENTS = {BatchStatus.COMPLETED: "batch.completed", BatchStatus.FAILED: "batch.failed",
           BatchStatus.EXPIRED: "batch.expired", BatchStatus.CANCELLED: "batch.cancelled"}
+
+
+def ending(status: BatchStatus, expired: bool) -> BatchStatus:
+    """What a finalizing or cancelling batch becomes."""
+    if status is BatchStatus.CANCELLING:
+        return BatchStatus.CANCELLED
+    return BatchStatus.EXPIRED if expired else BatchStatus.COMPLETED
+
+
 # The render lane of a batch's jobs: their messages wait behind every interactive job.
 BULK_LANE = "bulk"

@@ -129,20 +129,20 @@ def client(api: str, key: str) -> httpx.Client:
 
 
 def call(http: httpx.Client, method: str, path: str, retries: int = 5, **kwargs) -> dict:
-    """One API call; connection errors and 5xx are retried (GETs only), 4xx refused."""
+    """One API call; a GET is retried through connection errors and 5xx, a 4xx refused."""
     for attempt in range(retries + 1):
+        again = method == "GET" and attempt < retries
         try:
             resp = http.request(method, path, **kwargs)
+            if resp.status_code < 500 or not again:
+                break
         except httpx.TransportError:
-            if method != "GET" or attempt == retries:
+            if not again:
                 raise
-        else:
-            if resp.status_code < 500 or method != "GET" or attempt == retries:
-                if resp.status_code >= 400:
-                    raise Refused(f"{method} {path}: {resp.status_code} {api_error(resp)}")
-                return resp.json()
         time.sleep(min(10.0, 0.5 * 2 ** attempt))
-    raise AssertionError("unreachable")
+    if resp.status_code >= 400:
+        raise Refused(f"{method} {path}: {resp.status_code} {api_error(resp)}")
+    return resp.json()
 
 
 def api_error(resp: httpx.Response) -> str:
@@ -241,12 +241,23 @@ def intact(out: Output) -> bool:
         return False
 
 
-def download(http: httpx.Client, out: Output) -> None:
-    """To a temporary name in DIR, renamed into place once its sha256 matches. A signed
-    URL is used while valid (bytes straight from storage), the API's content otherwise."""
-    fresh = out.url and out.url_expires_at - 30 > time.time()
-    request = (httpx.stream("GET", out.url, timeout=300) if fresh else http.stream(
-        "GET", f"/jobs/{out.job_id}/content", params={"index": out.index}, timeout=300))
+def download(http: httpx.Client, storage: httpx.Client, out: Output) -> None:
+    """Into place, verified: from the signed URL while it is valid (bytes straight from
+    storage, no API key sent there), else, or if that fails, from the API."""
+    sources = [lambda: http.stream("GET", f"/jobs/{out.job_id}/content",
+                                   params={"index": out.index})]
+    if out.url and out.url_expires_at - 30 > time.time():
+        sources.insert(0, lambda: storage.stream("GET", out.url))
+    for attempt, source in enumerate(sources, 1):
+        try:
+            return fetch(source(), out)
+        except (OSError, httpx.HTTPError):
+            if attempt == len(sources):
+                raise
+
+
+def fetch(request, out: Output) -> None:
+    """To a temporary name in DIR, renamed into place once its sha256 matches."""
     fd, tmp = tempfile.mkstemp(dir=out.path.parent, prefix=f".{out.path.name}.part-")
     try:
         digest, size = hashlib.sha256(), 0
@@ -309,8 +320,8 @@ def collect(http: httpx.Client, batch: dict, out_dir: Path) -> Collected:
             "job_id": response.get("request_id"), "error": error}
     missing = [o for o in wanted if not intact(o)]
     result.kept = len(wanted) - len(missing)
-    with ThreadPoolExecutor(DOWNLOADERS) as pool:
-        for out, error in zip(missing, pool.map(lambda o: _try(http, o), missing),
+    with ThreadPoolExecutor(DOWNLOADERS) as pool, httpx.Client(timeout=300) as storage:
+        for out, error in zip(missing, pool.map(lambda o: _try(http, storage, o), missing),
                               strict=True):
             if error is None:
                 result.downloaded += 1
@@ -321,9 +332,9 @@ def collect(http: httpx.Client, batch: dict, out_dir: Path) -> Collected:
     return result
 
 
-def _try(http: httpx.Client, out: Output) -> str | None:
+def _try(http: httpx.Client, storage: httpx.Client, out: Output) -> str | None:
     try:
-        download(http, out)
+        download(http, storage, out)
     except (OSError, httpx.HTTPError) as exc:
         return str(exc)[:200]
     return None

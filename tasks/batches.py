@@ -20,7 +20,7 @@ from typing import IO, Any
 
 from celery import Celery
 
-from core.batches import BatchStatus
+from core.batches import BatchStatus, ending
 from core.jobs import JobStatus
 from storage.records import BatchRecord, JobRecord, NewFile, RejectionRecord
 from storage.repositories.files import file_key
@@ -73,18 +73,12 @@ def finalize_batch(rt: WorkerRuntime, batch_id: str, status: BatchStatus) -> int
     return int(ended is not None)
 
 
-def _ending(batch: BatchRecord) -> BatchStatus:
-    if batch.status is BatchStatus.CANCELLING:
-        return BatchStatus.CANCELLED
-    return BatchStatus.EXPIRED if batch.expired_at is not None else BatchStatus.COMPLETED
-
-
 def write_results(rt: WorkerRuntime, batch: BatchRecord) -> tuple[NewFile | None, NewFile | None]:
     """Every request's line, in input order, into the output file (completed jobs) or
     the error file (the rest); each file stored only if it has lines."""
-    ending = _ending(batch)
+    final = ending(batch.status, batch.expired_at is not None)
     with _spool() as ok, _spool() as bad:
-        for is_error, line in _result_lines(rt, batch, ending):
+        for is_error, line in _result_lines(rt, batch, final):
             (bad if is_error else ok).write(json.dumps(line, separators=(",", ":")).encode()
                                             + b"\n")
         return _store(rt, batch, "output", ok), _store(rt, batch, "error", bad)
@@ -107,25 +101,25 @@ def _store(rt: WorkerRuntime, batch: BatchRecord, kind: str, spool: IO[bytes]
                    filename=f"{batch.id}_{kind}.jsonl", bytes=size, key=key)
 
 
-def _result_lines(rt: WorkerRuntime, batch: BatchRecord, ending: BatchStatus
+def _result_lines(rt: WorkerRuntime, batch: BatchRecord, final: BatchStatus
                   ) -> Iterator[tuple[bool, dict[str, Any]]]:
     """(goes to the error file, line) per request: jobs and refused lines merged back
     into input order."""
-    jobs = ((index, _job_line(rt, custom_id, job, ending))
+    jobs = ((index, _job_line(rt, custom_id, job, final))
             for index, custom_id, job in rt.batches.results(batch.id))
     refused = ((r.line, _refused_line(batch.id, r)) for r in rt.batches.rejections(batch.id))
     for _index, entry in heapq.merge(jobs, refused, key=lambda pair: pair[0]):
         yield entry
 
 
-def _job_line(rt: WorkerRuntime, custom_id: str, job: JobRecord, ending: BatchStatus
+def _job_line(rt: WorkerRuntime, custom_id: str, job: JobRecord, final: BatchStatus
               ) -> tuple[bool, dict[str, Any]]:
     body = resource_view(job, rt.store, rt.settings.signed_url_ttl_s).model_dump(mode="json")
     error = None
     if job.status is JobStatus.FAILED:
         error = {"code": job.error_code or "job_failed", "message": job.error_message or ""}
     elif job.status is JobStatus.CANCELLED:
-        code, message = CANCELLED_REASON.get(ending, ("job_cancelled", "the job was cancelled"))
+        code, message = CANCELLED_REASON.get(final, ("job_cancelled", "the job was cancelled"))
         error = {"code": code, "message": message}
     elif job.status is not JobStatus.COMPLETED:
         error = {"code": "job_unfinished", "message": f"the job is {job.status.value}"}

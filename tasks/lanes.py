@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 import os
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from queue import Empty
 from time import monotonic_ns
 
@@ -39,22 +39,20 @@ log = logging.getLogger(__name__)
 PUBLISH_CHUNK = 2000
 
 
-def publish_bulk(app: Celery, queued: Sequence[tuple[str, str]],
-                 published: Callable[[list[str]], None]) -> None:
-    """Send a render message per ``(job id, queue)`` in the bulk lane, a chunk per
-    round trip; ``published`` records each chunk once the broker has it."""
+def publish_bulk(app: Celery, queued: Sequence[tuple[str, str]]) -> None:
+    """Send a render message per ``(job id, queue)`` in the bulk lane, a chunk per round
+    trip. Raises ServiceUnavailable if the broker fails (the outbox still holds them all:
+    the relay sends them again, and a message sent twice is harmless)."""
     template = app.amqp.as_task_v2("", RENDER_TASK, args=[""], kwargsrepr="{}",
                                    ignore_result=True)
     with app.producer_or_acquire() as producer:
         for start in range(0, len(queued), PUBLISH_CHUNK):
-            chunk = queued[start:start + PUBLISH_CHUNK]
             try:
                 with producer.batch(max_size=PUBLISH_CHUNK):
-                    for job_id, queue in chunk:
+                    for job_id, queue in queued[start:start + PUBLISH_CHUNK]:
                         _publish(producer, template, job_id, queue)
-            except Exception as exc:  # kombu/redis: the outbox keeps what was not sent
+            except Exception as exc:  # kombu/redis errors
                 raise ServiceUnavailable(f"broker unavailable: {type(exc).__name__}") from exc
-            published([job_id for job_id, _ in chunk])
 
 
 def _publish(producer, template, job_id: str, queue: str) -> None:

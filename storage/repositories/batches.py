@@ -16,7 +16,7 @@ from datetime import UTC, datetime, timedelta
 from sqlalchemy import and_, exists, func, or_, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
-from core.batches import BULK_LANE, COMPLETION_WINDOWS, EVENTS, BatchStatus
+from core.batches import BULK_LANE, COMPLETION_WINDOWS, EVENTS, BatchStatus, ending
 from core.errors import BatchQuotaExceeded
 from core.jobs import JobStatus
 
@@ -247,11 +247,12 @@ class BatchRepository:
             stage_batch_event(s, tenant_id, batch_id, EVENTS[BatchStatus.FAILED])
             return True
 
-    def mark_published(self, job_ids: list[str]) -> None:
+    def mark_published(self, batch_id: str) -> None:
+        """Every render message of the batch's jobs is with the broker (one statement)."""
         with self._sessions.begin() as s:
             s.execute(update(OutboxMessage).where(
-                OutboxMessage.job_id.in_(job_ids), OutboxMessage.published_at.is_(None))
-                .values(published_at=_now()))
+                OutboxMessage.job_id.in_(select(Job.id).where(Job.batch_id == batch_id)),
+                OutboxMessage.published_at.is_(None)).values(published_at=_now()))
 
     # ---- finalization -------------------------------------------------------------------
 
@@ -289,7 +290,7 @@ class BatchRepository:
             if batch is None or BatchStatus(batch.status) not in (
                     BatchStatus.FINALIZING, BatchStatus.CANCELLING):
                 return None
-            final = _final_status(batch)
+            final = ending(BatchStatus(batch.status), batch.expired_at is not None)
             counts = _counts(s, [batch])[batch.id]
             if s.execute(update(Batch).where(
                     Batch.id == batch_id, Batch.lease_token == token,
@@ -311,12 +312,6 @@ class BatchRepository:
 
 _STAMP = {BatchStatus.COMPLETED: "completed_at", BatchStatus.EXPIRED: "expired_at",
           BatchStatus.CANCELLED: "cancelled_at"}
-
-
-def _final_status(batch: Batch) -> BatchStatus:
-    if BatchStatus(batch.status) is BatchStatus.CANCELLING:
-        return BatchStatus.CANCELLED
-    return BatchStatus.EXPIRED if batch.expired_at is not None else BatchStatus.COMPLETED
 
 
 class _Sink:

@@ -84,7 +84,7 @@ def test_expansion_inserts_every_job_message_and_refusal_at_once(repos):
     assert [r.line for r in repos.batches.rejections(batch.id)] == [3, 12_000]
     lines = [(i, c) for i, c, _ in repos.batches.results(batch.id, page=1000)]
     assert lines == [(i, f"c{i}") for i in range(12_345) if i not in (3, 12_000)]
-    repos.batches.mark_published([q[0] for q in queued])
+    repos.batches.mark_published(batch.id)
     assert not [m for m in repos.outbox.due(grace_s=0, limit=100_000) if m.job_id in ours]
 
 
