@@ -67,6 +67,12 @@ class ListPage(BaseModel, Generic[Item]):
     has_more: bool
 
 
+def page_of(data: list, has_more: bool) -> dict:
+    """A ListPage's fields for one page of public objects."""
+    return {"object": "list", "data": data, "first_id": data[0].id if data else None,
+            "last_id": data[-1].id if data else None, "has_more": has_more}
+
+
 JobList = ListPage[JobPublic]
 
 

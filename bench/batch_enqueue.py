@@ -5,8 +5,10 @@ SeaweedFS; no render worker, so every job stays queued) takes a 50,000-line
 ``/v1/audio/speech`` batch through the openai SDK: upload, create, then wait until the
 batch is ``in_progress`` and its 50,000 render messages are in the Redis bulk lane.
 Side by side in the same run, the baseline: the same requests submitted one at a time to
-``POST /v1/audio/speech`` (``Prefer: respond-async``), on a sample, per job. Then the
-API's peak memory while a large batch file (default 190 MB) is uploaded.
+``POST /v1/audio/speech`` (``Prefer: respond-async``), on a sample, per job. Then where the
+time goes (the maintenance step's parts, timed in this process on a second batch of the
+same file), and the API's peak memory while a large batch file (default 190 MB) is
+uploaded.
 
 Run: .venv/bin/python -m bench.batch_enqueue [--lines 50000] [--sample 500] [--upload-mb 190]
 Needs PostgreSQL and Redis as for the tests; starts SeaweedFS itself.
@@ -60,9 +62,13 @@ def peak_rss_mb(proc: Process) -> float:
     return max(peaks)
 
 
-def enqueue(sdk: OpenAI, broker: redis.Redis, lines: int) -> dict:
-    data = b"".join(line(i, f"Sentence number {i} of the bulk benchmark.")
+def requests(lines: int) -> bytes:
+    return b"".join(line(i, f"Sentence number {i} of the bulk benchmark.")
                     for i in range(lines))
+
+
+def enqueue(sdk: OpenAI, broker: redis.Redis, lines: int) -> dict:
+    data = requests(lines)
     started = time.perf_counter()
     source = sdk.files.create(file=("bulk.jsonl", io.BytesIO(data)), purpose="batch")
     uploaded = time.perf_counter()
@@ -97,6 +103,50 @@ def interactive(base: str, key: str, sample: int) -> dict:
         spent = time.perf_counter() - started
     return {"sample": sample, "seconds": round(spent, 2),
             "per_job_us": round(spent / sample * 1e6, 1)}
+
+
+def breakdown(env: dict[str, str], text: bytes, lines: int) -> dict:
+    """The step's parts, in this process: parse and check, insert and commit, publish,
+    mark published."""
+    os.environ.update({k: v for k, v in env.items() if k.startswith("OMNIJOBS_")})
+    from api.batch_lines import line_checker
+    from core.batches import BatchStatus
+    from core.settings import Settings
+    from storage.db import make_engine, make_sessionmaker
+    from storage.records import NewFile
+    from storage.repositories import KeyRepository
+    from storage.repositories.files import file_key, new_file_id
+    from tasks.app import make_celery
+    from tasks.batch_validate import LEASE_S, checked_lines, stored_lines
+    from tasks.lanes import publish_bulk
+    from tasks.runtime import get_runtime
+
+    settings = Settings()
+    rt, app = get_runtime(settings), make_celery(settings)
+    tenant, _ = KeyRepository(make_sessionmaker(make_engine(settings.db_url))).create_key(
+        "bench-parts")
+    file_id = new_file_id()
+    rt.store.put(file_key(tenant, file_id), text, "application/jsonl")
+    rt.files.create(NewFile(id=file_id, tenant_id=tenant, purpose="batch", filename="b",
+                            bytes=len(text), key=file_key(tenant, file_id)))
+    batch = rt.batches.create(tenant, endpoint="/v1/audio/speech", input_file_id=file_id,
+                              completion_window="24h", metadata=None, max_active=100)
+    times = {}
+    started = time.perf_counter()
+    checked = list(checked_lines(stored_lines(rt.store, file_key(tenant, file_id)), batch,
+                                 line_checker(settings), lines))
+    times["parse_and_check_s"] = time.perf_counter() - started
+    token = rt.batches.take(batch.id, BatchStatus.VALIDATING, LEASE_S)
+    started = time.perf_counter()
+    queued = rt.batches.expand(batch.id, token, iter(checked))
+    times["insert_and_commit_s"] = time.perf_counter() - started
+    started = time.perf_counter()
+    publish_bulk(app, queued)
+    times["publish_s"] = time.perf_counter() - started
+    started = time.perf_counter()
+    rt.batches.mark_published(batch.id)
+    times["mark_published_s"] = time.perf_counter() - started
+    return {k: round(v, 2) for k, v in times.items()}
 
 
 def upload_memory(sdk: OpenAI, api: Process, megabytes: int, home: Path) -> dict:
@@ -147,6 +197,7 @@ def main() -> None:
                   "interactive": interactive(base, key, args.sample)}
         report["interactive_over_batch_per_job"] = round(
             report["interactive"]["per_job_us"] / report["batch"]["per_job_us"], 1)
+        report["step_parts"] = breakdown(env, requests(args.lines), args.lines)
         if args.upload_mb:
             report["large_upload"] = upload_memory(sdk, procs["api"], args.upload_mb, home)
         print(json.dumps(report, indent=2))

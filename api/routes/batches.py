@@ -16,7 +16,7 @@ from storage.batch_views import BatchPublic, batch_view
 from storage.records import BatchRecord
 
 from ..deps import Services, services, tenant_id
-from ..schemas import ListPage, check_metadata
+from ..schemas import ListPage, check_metadata, page_of
 
 router = APIRouter(prefix="/v1/batches")
 
@@ -64,9 +64,7 @@ def list_batches(after: str | None = Query(default=None, max_length=64),
                  limit: int = Query(default=20, ge=1, le=100),
                  svc: Services = Depends(services), tenant: str = Depends(tenant_id)) -> dict:
     records, has_more = svc.batches.list(tenant, after=after, limit=limit)
-    data = [batch_view(r) for r in records]
-    return {"object": "list", "data": data, "first_id": data[0].id if data else None,
-            "last_id": data[-1].id if data else None, "has_more": has_more}
+    return page_of([batch_view(r) for r in records], has_more)
 
 
 @router.get("/{batch_id}", response_model=BatchPublic)

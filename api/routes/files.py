@@ -19,7 +19,7 @@ from storage.records import FileRecord, NewFile
 from storage.repositories.files import file_key, new_file_id
 
 from ..deps import Services, services, tenant_id
-from ..schemas import ListPage
+from ..schemas import ListPage, page_of
 
 router = APIRouter(prefix="/v1/files")
 
@@ -102,9 +102,7 @@ def list_files(after: str | None = Query(default=None, max_length=64),
                svc: Services = Depends(services), tenant: str = Depends(tenant_id)) -> dict:
     records, has_more = svc.files.list(tenant, after=after, limit=limit, order=order,
                                        purpose=purpose)
-    data = [file_view(r) for r in records]
-    return {"object": "list", "data": data, "first_id": data[0].id if data else None,
-            "last_id": data[-1].id if data else None, "has_more": has_more}
+    return page_of([file_view(r) for r in records], has_more)
 
 
 @router.get("/{file_id}", response_model=FilePublic)

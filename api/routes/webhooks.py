@@ -30,6 +30,7 @@ from ..schemas import (
     WebhookSecretPublic,
     WebhookTest,
     WebhookTestResult,
+    page_of,
 )
 from ..service import get_job
 
@@ -90,9 +91,7 @@ def list_endpoints(after: str | None = Query(default=None, max_length=64),
                    limit: int = Query(default=20, ge=1, le=100),
                    svc: Services = Depends(services), tenant: str = Depends(tenant_id)) -> dict:
     records, has_more = svc.webhooks.list_endpoints(tenant, after=after, limit=limit)
-    data = [_endpoint(r) for r in records]
-    return {"object": "list", "data": data, "first_id": data[0].id if data else None,
-            "last_id": data[-1].id if data else None, "has_more": has_more}
+    return page_of([_endpoint(r) for r in records], has_more)
 
 
 @router.get(ENDPOINTS + "/{endpoint_id}", response_model=WebhookEndpointPublic)
