@@ -152,7 +152,8 @@ def test_cancel_cancels_queued_and_running_jobs_in_one_step(repos):
 
 def test_completion_and_expiry_end_the_batch_with_files_and_an_event(repos):
     endpoint, _ = repos.hooks.create_endpoint(repos.tenant, name="b", url="https://a.example",
-                                              event_types=["batch.completed", "batch.expired"])
+                                              event_types=["batch.completed", "batch.expired",
+                                                           "speech.completed"])
     batch, queued = repos.expanded(2)
     assert repos.batches.begin_finalize(batch.id, LEASE_S) is None  # jobs still queued
     for job_id, _ in queued:
@@ -171,6 +172,10 @@ def test_completion_and_expiry_end_the_batch_with_files_and_an_event(repos):
     assert [d.event_type for d in log] == ["batch.completed"]
     assert log[0].endpoint_id == endpoint.id
     assert all(repos.hooks.deliveries_for_job(repos.tenant, j) == [] for j, _ in queued)
+    alone = repos.jobs.create(repos.line(0).job)[0]  # a job of no batch still reports
+    repos.jobs.complete(alone.id, repos.jobs.claim(alone.id, "w", 60).attempts, [])
+    assert [d.event_type for d in repos.hooks.deliveries_for_job(repos.tenant, alone.id)] == [
+        "speech.completed"]
 
     late, queued = repos.expanded(3)
     claimed = repos.jobs.claim(queued[0][0], "w", 60)

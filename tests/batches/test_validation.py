@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import io
 
+import pytest
+
 from .conftest import batch_jobs, jsonl, results, speech_line, video_line, wait_batch
 
 BAD_SPEECH = {
@@ -133,3 +135,26 @@ def test_batch_create_is_checked(sdk, client):
         assert resp.status_code == 400, resp.text
         assert resp.json()["error"]["param"] == param, resp.text
     assert client.get("/v1/batches/batch_nope").status_code == 404
+
+
+def test_the_bulk_quota_is_a_429_of_its_own(batch_stack, sdk):
+    """Ten unfinished batches per tenant (test-slow is never rendered here)."""
+    from openai import OpenAI, RateLimitError
+
+    tenant = OpenAI(base_url=sdk.base_url, api_key=batch_stack.new_key("quota"), max_retries=0)
+    source = tenant.files.create(file=("a.jsonl", io.BytesIO(jsonl([speech_line(
+        "a", model="test-slow", input="x")]))), purpose="batch")
+    made = [tenant.batches.create(input_file_id=source.id, endpoint="/v1/audio/speech",
+                                  completion_window="24h") for _ in range(10)]
+    with pytest.raises(RateLimitError) as exc:
+        tenant.batches.create(input_file_id=source.id, endpoint="/v1/audio/speech",
+                              completion_window="24h")
+    assert exc.value.body["code"] == "batch_quota_exceeded"
+    speech = tenant.audio.speech.with_raw_response.create(  # interactive work goes on
+        model="tts-1", voice="alloy", input="Still here.", response_format="wav")
+    assert speech.status_code == 200
+    for batch in made:
+        tenant.batches.cancel(batch.id)
+    wait_batch(tenant, made[-1].id)
+    tenant.batches.create(input_file_id=source.id, endpoint="/v1/audio/speech",
+                          completion_window="24h")
