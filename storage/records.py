@@ -60,6 +60,7 @@ class NewJob:
     metadata: dict[str, Any] | None
     max_attempts: int
     idempotency_key: str | None = None
+    lane: str = "interactive"  # which quotas admit it (storage.repositories.quotas)
 
 
 @dataclass(frozen=True)
@@ -70,3 +71,14 @@ class OutboxRecord:
     queue: str
     payload: dict[str, Any]
     available_at: datetime
+
+
+@dataclass(frozen=True)
+class KeyRecord:
+    """An API key as an operator sees it: never the key itself."""
+
+    prefix: str
+    tenant: str
+    created_at: datetime
+    last_used_at: datetime | None
+    revoked_at: datetime | None

@@ -11,10 +11,11 @@ from core.jobs import JobKind, JobStatus
 from pipelines import SpeechRequest, resolve_model
 
 from ..deps import Services, services, tenant_id
+from ..guard import GuardedRoute
 from ..schemas import SpeechCreate
 from ..service import job_public, parse_prefer, submit, wait_for
 
-router = APIRouter()
+router = APIRouter(route_class=GuardedRoute)
 
 
 def accepted(svc: Services, job, applied: str | None) -> JSONResponse:
