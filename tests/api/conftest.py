@@ -3,7 +3,7 @@ jobs stay queued), for tests that need to reach into its repositories."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -47,6 +47,10 @@ class Api:
         self.app = create_app(self.settings, publish=lambda _msg: None)
         self.services = self.app.state.services
 
+    def close(self) -> None:
+        """Close the app's connections (each app holds its own pool)."""
+        self.app.state.engine.dispose()
+
     def client(self, tenant: str | None = None, key: str | None = None) -> TestClient:
         if tenant is not None:
             key = new_key(self.db_url, tenant)
@@ -55,5 +59,20 @@ class Api:
 
 
 @pytest.fixture(scope="module")
-def api(api_db, tmp_path_factory) -> Api:
-    return Api(api_db, tmp_path_factory.mktemp("api-home"))
+def api(api_db, tmp_path_factory) -> Iterator[Api]:
+    built = Api(api_db, tmp_path_factory.mktemp("api-home"))
+    yield built
+    built.close()
+
+
+@pytest.fixture
+def make_api(api_db, tmp_path) -> Iterator[Callable[..., Api]]:
+    """Apps with other settings (or another database), closed after the test."""
+    built: list[Api] = []
+
+    def make(db_url: str | None = None, **overrides) -> Api:
+        built.append(Api(db_url or api_db, tmp_path / f"app{len(built)}", **overrides))
+        return built[-1]
+    yield make
+    for app in built:
+        app.close()

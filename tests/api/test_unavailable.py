@@ -8,7 +8,7 @@ import uuid
 import pytest
 
 from storage.db import make_engine, make_sessionmaker
-from storage.repositories import JobRepository, KeyRepository
+from storage.repositories import JobRepository
 
 from ..integration.helpers import assert_openai_error
 from .conftest import Api
@@ -21,8 +21,8 @@ def assert_unavailable(resp) -> None:
     assert int(resp.headers["retry-after"]) >= 1
 
 
-def test_authentication_with_the_database_down_is_503(api_db, tmp_path):
-    down = Api(DEAD_DB, tmp_path)
+def test_authentication_with_the_database_down_is_503(make_api):
+    down = make_api(DEAD_DB)
     with down.client(key="oj-some-key-that-cannot-be-checked") as client:
         assert_unavailable(client.get("/v1/jobs"))
         assert_unavailable(client.post("/v1/audio/speech",
@@ -30,11 +30,11 @@ def test_authentication_with_the_database_down_is_503(api_db, tmp_path):
 
 
 @pytest.fixture
-def api_with(api_db, tmp_path):
+def api_with(make_api):
     """An app whose key lookups work but whose job repository is the one given."""
 
     def build(jobs_engine) -> Api:
-        built = Api(api_db, tmp_path)
+        built = make_api()
         built.services.jobs = JobRepository(make_sessionmaker(jobs_engine))
         return built
     return build
@@ -67,6 +67,4 @@ def test_exhausted_connection_pool_is_503(api_with, api_db):
 
 
 def test_api_pool_is_sized_to_its_concurrency(api):
-    keys: KeyRepository = api.services.keys
-    engine = keys._sessions.kw["bind"]
-    assert engine.pool.size() >= api.settings.api_threads
+    assert api.app.state.engine.pool.size() >= api.settings.api_threads
