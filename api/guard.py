@@ -1,12 +1,13 @@
-"""The request guard: what happens to every request before a route sees it.
+"""The request guard: what every route of ours does before its handler reads the body.
 
 1. The API key is checked from the headers alone, so an anonymous or wrong-key request
    is answered 401 before one byte of its body is read or parsed.
 2. The body is capped by its route's limit (``OMNIJOBS_MAX_BODY_BYTES`` unless the route
    declares its own with ``body_limit``): a declared length over it is a 413 at once, a
    streamed body is cut off with a 413 as soon as it passes it; the rest is never read.
-3. One access-log line per request: method, path (never the query string, which may
-   carry a URL signature), status, duration and tenant; no header is ever logged.
+3. One access-log line per request (``AccessLog``, a middleware): method, path (never the
+   query string, which may carry a URL signature), status, duration and tenant; no
+   header is ever logged.
 
 Starlette's own body limit answers in plain text and overrides any earlier answer (a
 401 included), so neither the error shape nor the key-before-body order would hold with

@@ -4,9 +4,12 @@ between two repository calls is a 404, never a 500."""
 from __future__ import annotations
 
 import json
+import threading
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+from fastapi.testclient import TestClient
 
 from storage.repositories import JobRepository
 
@@ -95,6 +98,31 @@ def test_second_delete_is_404(client):
     video_id = _queued_video(client)
     assert client.delete(f"/v1/videos/{video_id}").status_code == 200
     assert_openai_error(client.delete(f"/v1/videos/{video_id}"), 404, "not_found")
+
+
+def _race(app, key: str, requests: list[tuple[str, str]]) -> list[int]:
+    """Send the requests at the same moment, each from its own thread and client."""
+    barrier = threading.Barrier(len(requests))
+
+    def call(method: str, path: str) -> int:
+        with TestClient(app, headers={"Authorization": key}) as own:
+            barrier.wait()
+            return own.request(method, path).status_code
+
+    with ThreadPoolExecutor(len(requests)) as pool:
+        return list(pool.map(lambda args: call(*args), requests))
+
+
+def test_concurrent_deletes_and_cancels_never_500(api, client):
+    """The real race, a few times over: whatever the interleaving, one DELETE wins and
+    the other request is a 404 (or a cancel that won first)."""
+    for _ in range(4):
+        video_id = _queued_video(client)
+        statuses = _race(api.app, client.headers["authorization"], [
+            ("DELETE", f"/v1/videos/{video_id}"), ("DELETE", f"/v1/videos/{video_id}"),
+            ("POST", f"/v1/jobs/{video_id}/cancel")])
+        assert sorted(statuses[:2]) == [200, 404], statuses
+        assert statuses[2] in (200, 404), statuses
 
 
 # ---- pagination cursors -----------------------------------------------------------------

@@ -9,6 +9,9 @@ import uuid
 from urllib.parse import urlsplit
 
 import pytest
+from fastapi import APIRouter, Request
+
+from api.guard import GuardedRoute, body_limit
 
 from ..integration.helpers import assert_openai_error
 
@@ -104,3 +107,36 @@ def test_chunked_body_over_the_limit_is_cut_off(stack, stack_key):
     chunks = [b"%x\r\n%s\r\n" % (len(block), block)] * 17  # 1 MiB + 64 KiB, no terminator
     answer = _raw_request(stack.base_url, head, chunks)
     assert answer.startswith(b"HTTP/1.1 413"), answer[:200]
+
+
+def test_a_route_may_declare_its_own_body_limit(make_api):
+    uploads = APIRouter(route_class=GuardedRoute)
+
+    @uploads.post("/v1/test-uploads")
+    @body_limit(lambda settings: 3 * MIB)
+    async def upload(request: Request) -> dict:
+        return {"bytes": len(await request.body())}
+
+    built = make_api()
+    built.app.include_router(uploads)
+    with built.client(_tenant()) as client:
+        assert client.post("/v1/test-uploads", content=b"\0" * (2 * MIB)).json() == {
+            "bytes": 2 * MIB}
+        assert_openai_error(client.post("/v1/test-uploads", content=b"\0" * (4 * MIB)), 413,
+                            "request_too_large")
+        assert_openai_error(client.post("/v1/audio/speech", content=b"\0" * (2 * MIB),
+                                        headers={"Content-Type": "application/json"}), 413)
+
+
+def test_streamed_body_is_cut_off_at_the_declared_limit(make_api):
+    """No Content-Length: the limit is counted as the body arrives."""
+    built = make_api()
+
+    def chunks():
+        for _ in range(20):
+            yield b" " * 65536  # 1.25 MiB of JSON whitespace in all
+
+    with built.client(_tenant()) as client:
+        resp = client.post("/v1/audio/speech", content=chunks(),
+                           headers={"Content-Type": "application/json"})
+    assert_openai_error(resp, 413, "request_too_large")
