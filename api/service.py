@@ -14,13 +14,7 @@ from typing import Any, Literal
 from fastapi import Query
 from fastapi.concurrency import run_in_threadpool
 
-from core.errors import (
-    Conflict,
-    InvalidRequest,
-    NotFound,
-    TooManyRequests,
-    clip,
-)
+from core.errors import Conflict, InvalidRequest, NotFound, TooManyRequests, clip
 from core.jobs import JobKind, is_job_id
 from pipelines import PipelineSpec
 from storage.records import JobRecord, NewJob

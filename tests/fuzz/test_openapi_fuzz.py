@@ -23,8 +23,8 @@ from schemathesis import GenerationMode
 from ..conftest import migrated_database
 from ..services import free_port, spawn, wait_until
 
-EXAMPLES = {"valid": int(os.environ.get("OMNIJOBS_FUZZ_EXAMPLES", "40")), "none": 8,
-            "wrong": 8}
+EXAMPLES = {"valid": int(os.environ.get("OMNIJOBS_FUZZ_EXAMPLES", "100")), "none": 15,
+            "wrong": 15}  # per operation; CI's budget, raise the first for a longer run
 ID_PARAMS = ("job_id", "video_id")
 
 
