@@ -46,12 +46,12 @@ class Settings(BaseSettings):
     s3_bucket: str = "omnijobs"
     s3_region: str = "us-east-1"
     s3_access_key_id: str | None = None
-    s3_secret_access_key: str | None = None
+    s3_secret_access_key: str | None = Field(default=None, repr=False)
     s3_addressing_style: Literal["path", "virtual", "auto"] = "path"
     s3_create_bucket: bool = True
 
     public_base_url: str = "http://127.0.0.1:8000"
-    signing_secret: str = "dev-insecure-signing-secret"
+    signing_secret: str = Field(default="dev-insecure-signing-secret", repr=False)
     signed_url_ttl_s: int = Field(default=3600, ge=1, le=7 * 24 * 3600)
 
     sync_wait_default_s: float = Field(default=60.0, ge=0)
@@ -100,6 +100,17 @@ class Settings(BaseSettings):
             return self.webhook_allowed_networks
         return ["127.0.0.0/8", "::1/128"] if self.mode == "embedded" else []
 
+    # ---- limits, quotas and exposure (SECURITY.md says what each one defends) ----------
+    max_body_bytes: int = Field(default=1 << 20, ge=1024)
+    api_threads: int = Field(default=40, ge=1, le=1000)
+    db_pool_timeout_s: float = Field(default=5.0, gt=0)
+    auth_cache_ttl_s: float = Field(default=5.0, ge=0, le=10)
+    tenant_max_active: int = Field(default=1000, ge=1)
+    pipeline_max_queued: int = Field(default=10_000, ge=1)
+    tenant_submits_per_s: float | None = Field(default=None, ge=0)
+    tenant_submit_burst: int | None = Field(default=None, ge=1)
+    metrics_public: bool = False
+
     @model_validator(mode="after")
     def _refuse_placeholders(self) -> Settings:
         if self.mode == "production":
@@ -115,6 +126,15 @@ class Settings(BaseSettings):
                 raise ValueError("OMNIJOBS_DATABASE_URL and OMNIJOBS_BROKER_URL are required "
                                  "outside the embedded mode")
         return self
+
+    @property
+    def submit_rate(self) -> tuple[float, int]:
+        """(tokens per second, bucket size); a rate of 0 means no limit. Unset, it is off
+        in the embedded mode and 50/s in production."""
+        rate = self.tenant_submits_per_s
+        if rate is None:
+            rate = 0.0 if self.mode == "embedded" else 50.0
+        return rate, self.tenant_submit_burst or max(1, int(2 * rate))
 
     @cached_property
     def db_url(self) -> str:

@@ -12,7 +12,7 @@ from typing import Annotated
 
 import typer
 
-from core.settings import Settings
+from core.settings import PLACEHOLDER_SECRETS, Settings
 
 cli = typer.Typer(help="omnijobs: durable speech and video jobs.", no_args_is_help=True)
 keys_cli = typer.Typer(help="Manage API keys.", no_args_is_help=True)
@@ -48,16 +48,22 @@ def migrate() -> None:
     typer.echo("database is at the latest revision")
 
 
+def _keys():
+    from storage.db import make_engine, make_sessionmaker
+    from storage.repositories import KeyRepository
+
+    return KeyRepository(make_sessionmaker(make_engine(_settings().db_url)))
+
+
+def _when(value) -> str:
+    return value.strftime("%Y-%m-%d %H:%M:%SZ") if value is not None else "-"
+
+
 @keys_cli.command("create")
 def keys_create(tenant: Annotated[str, typer.Option(help="Tenant name (created if new)")]
                 ) -> None:
     """Create an API key for TENANT; the key is printed alone on the last line."""
-    from storage.db import make_engine, make_sessionmaker
-    from storage.repositories import KeyRepository
-
-    settings = _settings()
-    tenant_id, key = KeyRepository(make_sessionmaker(make_engine(settings.db_url))).create_key(
-        tenant)
+    tenant_id, key = _keys().create_key(tenant)
     typer.echo(f"tenant {tenant} ({tenant_id}): new API key below; it is shown only once")
     typer.echo(key)
 
@@ -88,6 +94,55 @@ def webhooks_secret(
     typer.echo(record.secret)
 
 
+@keys_cli.command("list")
+def keys_list(tenant: Annotated[str, typer.Option(help="Tenant name")]) -> None:
+    """List TENANT's keys: prefix, created, last used, revoked (never the keys)."""
+    from core.errors import NotFound
+
+    try:
+        keys = _keys().list_keys(tenant)
+    except NotFound as exc:
+        raise typer.BadParameter(exc.message, param_hint="--tenant") from None
+    typer.echo(f"{'prefix':<12} {'created':<20} {'last used':<20} revoked")
+    for k in keys:
+        typer.echo(f"{k.prefix:<12} {_when(k.created_at):<20} {_when(k.last_used_at):<20} "
+                   f"{_when(k.revoked_at)}")
+
+
+@keys_cli.command("revoke")
+def keys_revoke(prefix: Annotated[str, typer.Argument(help="The key's prefix, as listed")]
+                ) -> None:
+    """Revoke a key: every API process refuses it within OMNIJOBS_AUTH_CACHE_TTL_S."""
+    from core.errors import OmniJobsError
+
+    try:
+        key = _keys().revoke(prefix)
+    except OmniJobsError as exc:
+        raise typer.BadParameter(exc.message, param_hint="PREFIX") from None
+    typer.echo(f"key {key.prefix} of tenant {key.tenant} revoked at {_when(key.revoked_at)}")
+
+
+def _is_loopback(host: str) -> bool:
+    import ipaddress
+
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _refuse_exposed_placeholder(settings: Settings, host: str) -> None:
+    """The local store's URLs are signed with the signing secret: with the public
+    placeholder, anyone who can reach the port could forge them."""
+    if not _is_loopback(host) and (settings.signing_secret in PLACEHOLDER_SECRETS
+                                   or len(settings.signing_secret) < 16):
+        raise typer.BadParameter(
+            f"refusing to serve on {host} with the placeholder signing secret: set "
+            "OMNIJOBS_SIGNING_SECRET (16+ characters) or bind 127.0.0.1", param_hint="--host")
+
+
 def build_api(settings: Settings):
     from functools import partial
 
@@ -107,13 +162,22 @@ def build_api(settings: Settings):
 
 
 @cli.command()
-def api(host: str = "127.0.0.1", port: int = 8000, log_level: str = "info") -> None:
-    """Serve the HTTP API."""
+def api(host: str = "127.0.0.1", port: int = 8000, log_level: str = "info",
+        metrics_port: Annotated[int | None, typer.Option(
+            help="Serve Prometheus metrics on this port (same host)")] = None) -> None:
+    """Serve the HTTP API (``/metrics`` only on --metrics-port unless
+    OMNIJOBS_METRICS_PUBLIC=true)."""
     import uvicorn
 
+    settings = _settings()
+    _refuse_exposed_placeholder(settings, host)
     _logging(log_level.upper())
-    uvicorn.run(build_api(_settings()), host=host, port=port, log_level=log_level,
-                log_config=None)
+    if metrics_port is not None:
+        from prometheus_client import start_http_server
+
+        start_http_server(metrics_port, addr=host)
+    uvicorn.run(build_api(settings), host=host, port=port, log_level=log_level,
+                log_config=None, access_log=False)
 
 
 @cli.command()
@@ -227,7 +291,10 @@ def _dev_key(settings: Settings) -> str:
 
 
 @cli.command()
-def dev(host: str = "127.0.0.1", port: int = 8000) -> None:
+def dev(host: str = "127.0.0.1", port: int = 8000,
+        allow_remote: Annotated[bool, typer.Option(
+            help="Allow a non-loopback --host (needs OMNIJOBS_SIGNING_SECRET)")] = False
+        ) -> None:
     """Embedded mode: SQLite, filesystem broker, local object store, worker + API."""
     import uvicorn
 
@@ -237,6 +304,11 @@ def dev(host: str = "127.0.0.1", port: int = 8000) -> None:
     settings = _settings()
     if settings.mode != "embedded":
         raise typer.BadParameter("omnijobs dev runs the embedded mode only")
+    if not _is_loopback(host) and not allow_remote:
+        raise typer.BadParameter(f"omnijobs dev binds loopback only; {host} needs "
+                                 "--allow-remote and a real signing secret",
+                                 param_hint="--host")
+    _refuse_exposed_placeholder(settings, host)
     os.environ.setdefault("OMNIJOBS_PUBLIC_BASE_URL", f"http://{host}:{port}")
     settings = _settings()
     upgrade(settings.db_url)
@@ -266,7 +338,7 @@ def dev(host: str = "127.0.0.1", port: int = 8000) -> None:
                "    -o hello.wav\n")
     try:
         uvicorn.run(build_api(settings), host=host, port=port, log_level="info",
-                    log_config=None)
+                    log_config=None, access_log=False)
     finally:
         stop_worker()
 

@@ -65,6 +65,7 @@ class ApiKey(Base):
     key_hash: Mapped[str] = mapped_column(String(64), unique=True)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime())
     revoked_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    last_used_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
 
 
 class Job(Base):
@@ -73,6 +74,9 @@ class Job(Base):
         UniqueConstraint("tenant_id", "idempotency_key", name="uq_jobs_tenant_idempotency"),
         Index("ix_jobs_tenant_created", "tenant_id", "created_at", "id"),
         Index("ix_jobs_status_lease", "status", "lease_expires_at"),
+        # The submit path's quota counts: active jobs per tenant, queued jobs per pipeline.
+        Index("ix_jobs_tenant_status", "tenant_id", "status"),
+        Index("ix_jobs_pipeline_status", "pipeline", "status"),
     )
 
     id: Mapped[str] = mapped_column(String(40), primary_key=True)

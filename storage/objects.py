@@ -11,6 +11,7 @@ import hashlib
 import hmac
 import logging
 import os
+import re
 import tempfile
 import time
 from collections.abc import Iterator
@@ -24,6 +25,7 @@ from core.settings import Settings
 log = logging.getLogger(__name__)
 
 CHUNK = 1 << 20
+SIGNATURE = re.compile(r"[0-9a-f]{64}")  # hex HMAC-SHA256, as _sign writes it
 
 
 def object_key(tenant_id: str, job_id: str, index: int, extension: str) -> str:
@@ -101,7 +103,8 @@ class LocalStore:
         return f"{self.base_url}/v1/files/{quote(key)}?{query}", expires
 
     def verify(self, key: str, expires: int, signature: str) -> None:
-        if not hmac.compare_digest(self._sign(key, expires), signature):
+        if not SIGNATURE.fullmatch(signature) or not hmac.compare_digest(
+                self._sign(key, expires), signature):
             raise SignatureInvalid("signature does not match")
         if expires < time.time():
             raise SignatureInvalid("signed URL has expired", code="signature_expired")

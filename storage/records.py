@@ -61,6 +61,7 @@ class NewJob:
     max_attempts: int
     idempotency_key: str | None = None
     webhook: JobWebhookRequest | None = None
+    lane: str = "interactive"  # which quotas admit it (storage.repositories.quotas)
 
 
 @dataclass(frozen=True)
@@ -148,3 +149,13 @@ class DeliveryLogRecord:
     next_attempt_at: datetime | None
     created_at: datetime
     attempts: tuple[AttemptRecord, ...]
+
+@dataclass(frozen=True)
+class KeyRecord:
+    """An API key as an operator sees it: never the key itself."""
+
+    prefix: str
+    tenant: str
+    created_at: datetime
+    last_used_at: datetime | None
+    revoked_at: datetime | None

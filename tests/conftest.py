@@ -99,14 +99,16 @@ def stack_db() -> Iterator[str]:
 def stack(stack_db, seaweedfs, tmp_path_factory) -> Iterator[Stack]:
     home = tmp_path_factory.mktemp("stack")
     env = stack_env(stack_db, redis_url(), seaweedfs, home)
-    port = free_port()
-    st = Stack(base_url=f"http://127.0.0.1:{port}", env=env)
+    port, metrics_port = free_port(), free_port()
+    st = Stack(base_url=f"http://127.0.0.1:{port}", env=env,
+               metrics_url=f"http://127.0.0.1:{metrics_port}/metrics")
     # test-slow is left to the workers that the durability tests start and kill.
     served = ["piper-joe", "reference-t2va", "test-silent", "test-video", "test-video-slow"]
     st.processes["worker"] = spawn(
         "worker", ["worker", "--beat", *(a for p in served for a in ("--pipeline", p))], env,
         home)
-    st.processes["api"] = spawn("api", ["api", "--port", str(port)], env, home)
+    st.processes["api"] = spawn("api", ["api", "--port", str(port), "--metrics-port",
+                                        str(metrics_port)], env, home)
 
     def ready() -> bool:
         for proc in st.processes.values():

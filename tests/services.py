@@ -192,6 +192,7 @@ class Stack:
 
     base_url: str
     env: dict[str, str]
+    metrics_url: str = ""
     processes: dict[str, Process] = field(default_factory=dict)
 
     def cli(self, *args: str) -> str:

@@ -9,17 +9,20 @@ from core.errors import NotFound
 from storage.objects import LocalStore
 
 from ..deps import Services, services
+from ..guard import GuardedRoute, public
 
-router = APIRouter()
+router = APIRouter(route_class=GuardedRoute)
 
 CONTENT_TYPES = {"mp3": "audio/mpeg", "opus": "audio/ogg", "aac": "audio/aac",
                  "flac": "audio/flac", "wav": "audio/wav", "pcm": "audio/pcm",
                  "mp4": "video/mp4"}
 
 
-@router.get("/v1/files/{key:path}")
+@router.get("/v1/files/{key:path}", responses={403: {"description": "Bad or expired signature"}})
+@public
 def signed_file(key: str, expires: int = Query(), signature: str = Query(max_length=128),
                 svc: Services = Depends(services)) -> StreamingResponse:
+    """The signature, not a key, grants access: it names one object until ``expires``."""
     store = svc.store
     if not isinstance(store, LocalStore):
         raise NotFound("signed file URLs are served by the object store in this deployment")

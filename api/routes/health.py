@@ -7,16 +7,21 @@ from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from ..deps import Services, services
+from ..guard import GuardedRoute, public
 
-router = APIRouter()
+router = APIRouter(route_class=GuardedRoute)
+# On the API's port only with OMNIJOBS_METRICS_PUBLIC=true (else `api --metrics-port`).
+metrics_router = APIRouter(route_class=GuardedRoute)
 
 
 @router.get("/healthz")
+@public
 def healthz() -> dict:
     return {"status": "ok"}
 
 
 @router.get("/readyz")
+@public
 def readyz(svc: Services = Depends(services)) -> JSONResponse:
     checks = {}
     for name, check in svc.ready_checks.items():
@@ -30,6 +35,7 @@ def readyz(svc: Services = Depends(services)) -> JSONResponse:
                         status_code=200 if ok else 503)
 
 
-@router.get("/metrics")
+@metrics_router.get("/metrics")
+@public
 def metrics() -> Response:
     return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)

@@ -9,10 +9,11 @@ from core.errors import Conflict, NotFound
 from core.jobs import JobKind, JobStatus
 
 from ..deps import Services, services, tenant_id
+from ..guard import GuardedRoute
 from ..schemas import JobList, JobPublic
-from ..service import Page, get_job, job_public, list_page
+from ..service import Page, found, get_job, job_public, list_page
 
-router = APIRouter(prefix="/v1/jobs")
+router = APIRouter(prefix="/v1/jobs", route_class=GuardedRoute)
 
 
 @router.get("", response_model=JobList)
@@ -32,7 +33,7 @@ def retrieve_job(job_id: str, svc: Services = Depends(services),
 def cancel_job(job_id: str, svc: Services = Depends(services),
                tenant: str = Depends(tenant_id)) -> JobPublic:
     get_job(svc, tenant, job_id)
-    return job_public(svc, svc.jobs.cancel(job_id, tenant))
+    return job_public(svc, found(svc.jobs.cancel(job_id, tenant), job_id))
 
 
 def stream_output(svc: Services, job, index: int) -> StreamingResponse:

@@ -11,11 +11,12 @@ from core.jobs import JobKind, JobStatus
 from pipelines import SpeechRequest, resolve_model
 
 from ..deps import Services, services, tenant_id
+from ..guard import GuardedRoute
 from ..schemas import SpeechCreate
 from ..service import job_public, parse_prefer, submit, wait_for
 from .webhooks import job_webhook
 
-router = APIRouter()
+router = APIRouter(route_class=GuardedRoute)
 
 
 def accepted(svc: Services, job, applied: str | None) -> JSONResponse:

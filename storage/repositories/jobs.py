@@ -16,13 +16,14 @@ from sqlalchemy import delete, func, select, update
 from sqlalchemy.exc import IntegrityError, InterfaceError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
-from core.errors import MESSAGE_LIMIT, ServiceUnavailable
+from core.errors import MESSAGE_LIMIT, InvalidRequest, ServiceUnavailable, TooManyRequests
 from core.jobs import JobKind, JobStatus
 
 from ..models import Job, Output
 from ..records import JobRecord, NewJob, OutboxRecord, OutputRecord
 from .outbox import _record as outbox_record
 from .outbox import add_message
+from .quotas import Quotas
 from .webhooks import stage_job_event, subscribe_job
 
 ID_PREFIX = {JobKind.SPEECH: "job_", JobKind.VIDEO: "video_"}
@@ -49,9 +50,24 @@ def _record(j: Job) -> JobRecord:
     )
 
 
+def _after(s: Session, tenant_id: str, after: str, order: str):
+    """The rows past the cursor. An unknown (or deleted) cursor is an error, never a
+    restart at page one: a client paging through would loop."""
+    cursor = s.execute(select(Job.created_at, Job.id).where(
+        Job.id == after, Job.tenant_id == tenant_id)).first()
+    if cursor is None:
+        raise InvalidRequest("'after' is not a job of this list (unknown or deleted)",
+                             param="after", code="invalid_cursor")
+    if order == "desc":
+        return (Job.created_at < cursor[0]) | ((Job.created_at == cursor[0])
+                                               & (Job.id < cursor[1]))
+    return (Job.created_at > cursor[0]) | ((Job.created_at == cursor[0]) & (Job.id > cursor[1]))
+
+
 class JobRepository:
-    def __init__(self, sessions: sessionmaker[Session]) -> None:
+    def __init__(self, sessions: sessionmaker[Session], quotas: Quotas | None = None) -> None:
         self._sessions = sessions
+        self._quotas = quotas  # admission for submits (the API's); None: no limits
 
     # ---- submit and read -------------------------------------------------------------
 
@@ -59,7 +75,7 @@ class JobRepository:
         """Insert the job and its render message in one transaction.
 
         With an idempotency key already used by the tenant, returns the existing job
-        and no message (nothing new to publish).
+        and no message (nothing new to publish), even when the quotas are full.
         """
         now = _now()
         job = Job(id=ID_PREFIX[new.kind] + uuid.uuid4().hex, tenant_id=new.tenant_id,
@@ -69,13 +85,16 @@ class JobRepository:
                   max_attempts=new.max_attempts, created_at=now, updated_at=now)
         try:
             with self._sessions.begin() as s:
+                if self._quotas is not None:
+                    self._quotas.admit(s, tenant_id=new.tenant_id, lane=new.lane,
+                                       pipeline=new.pipeline)
                 s.add(job)
                 s.flush()
                 subscribe_job(s, job.id, new.webhook)
                 msg = add_message(s, topic="render", job_id=job.id, queue=new.queue,
                                   payload={"job_id": job.id})
                 return _record(job), outbox_record(msg)
-        except IntegrityError:
+        except (IntegrityError, TooManyRequests):
             if new.idempotency_key is None:
                 raise
             existing = self.get_by_idempotency_key(new.tenant_id, new.idempotency_key)
@@ -108,15 +127,7 @@ class JobRepository:
             if kind is not None:
                 q = q.where(Job.kind == kind.value)
             if after is not None:
-                cursor = s.execute(select(Job.created_at, Job.id).where(
-                    Job.id == after, Job.tenant_id == tenant_id)).first()
-                if cursor is not None:
-                    if order == "desc":
-                        q = q.where((Job.created_at < cursor[0])
-                                    | ((Job.created_at == cursor[0]) & (Job.id < cursor[1])))
-                    else:
-                        q = q.where((Job.created_at > cursor[0])
-                                    | ((Job.created_at == cursor[0]) & (Job.id > cursor[1])))
+                q = q.where(_after(s, tenant_id, after, order))
             if order == "desc":
                 q = q.order_by(Job.created_at.desc(), Job.id.desc())
             else:

@@ -173,7 +173,8 @@ def test_worker_logs_are_json_with_job_id(stack, client):
 def test_metrics_count_submissions(stack, client):
     client.post("/v1/audio/speech", headers={"Prefer": "respond-async"},
                 json={"model": "tts-1", "input": "Count me."})
-    text = httpx.get(f"{stack.base_url}/metrics").text
+    assert httpx.get(f"{stack.base_url}/metrics").status_code == 404  # not on the public port
+    text = httpx.get(stack.metrics_url).text
     line = next(x for x in text.splitlines()
                 if x.startswith('omnijobs_jobs_submitted_total{kind="speech",model="tts-1"}'))
     assert float(line.split()[-1]) >= 1
