@@ -4,10 +4,33 @@ mode's API and worker processes can share one file."""
 from __future__ import annotations
 
 from sqlalchemy import Engine, create_engine, event, text
+from sqlalchemy.engine import ExceptionContext
+from sqlalchemy.exc import InterfaceError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
+
+from core.errors import ServiceUnavailable
+
+
+def _unavailable(ctx: ExceptionContext) -> None:
+    """A dropped or refused connection is a dependency that is down (503, retryable), not a
+    bug; translated here, where the driver's errors enter. Pre-ping failures are left to
+    the pool, which reconnects."""
+    if ctx.is_pre_ping:
+        return
+    if ctx.is_disconnect or isinstance(ctx.sqlalchemy_exception,
+                                       (OperationalError, InterfaceError)):
+        raise ServiceUnavailable(
+            f"database unavailable ({type(ctx.original_exception).__name__})"
+        ) from ctx.original_exception
 
 
 def make_engine(url: str) -> Engine:
+    engine = _create(url)
+    event.listen(engine, "handle_error", _unavailable)
+    return engine
+
+
+def _create(url: str) -> Engine:
     if url.startswith("sqlite"):
         engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
 
