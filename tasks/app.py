@@ -13,10 +13,6 @@ from core.settings import Settings
 
 from .dispatch import MAINTENANCE_QUEUE
 
-RELAY_EVERY_S = 5.0
-REAP_EVERY_S = 10.0
-SWEEP_EVERY_S = 60.0
-
 
 def broker_options(settings: Settings) -> dict:
     if not settings.broker.startswith("filesystem"):
@@ -45,23 +41,11 @@ def make_celery(settings: Settings, with_tasks: bool = True) -> Celery:
         task_send_sent_event=True,
         task_default_queue=MAINTENANCE_QUEUE,
         worker_hijack_root_logger=False,
-        beat_schedule={
-            "relay-outbox": {"task": "omnijobs.relay_outbox", "schedule": RELAY_EVERY_S,
-                             "options": {"queue": MAINTENANCE_QUEUE,
-                                         "expires": RELAY_EVERY_S}},
-            "reap-leases": {"task": "omnijobs.reap_leases", "schedule": REAP_EVERY_S,
-                            "options": {"queue": MAINTENANCE_QUEUE,
-                                        "expires": REAP_EVERY_S}},
-            "sweep-queued": {"task": "omnijobs.sweep_queued", "schedule": SWEEP_EVERY_S,
-                             "options": {"queue": MAINTENANCE_QUEUE,
-                                         "expires": SWEEP_EVERY_S}},
-        },
     )
     if with_tasks:
-        from . import maintenance, render
+        from . import render
 
         render.register(app)
-        maintenance.register(app)
     return app
 
 
