@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
 
 import pytest
 
@@ -12,7 +11,7 @@ from core.jobs import JobStatus
 from pipelines import RunContext, SpeechRequest
 from pipelines.audex import AudexTTS
 from tasks import render as render_module
-from tasks.maintenance import reclaim, sweep_stale_queued
+from tasks.recovery import reclaim
 from tasks.render import run_job
 from tests import fake_pipelines
 
@@ -97,19 +96,6 @@ def test_requeue_resets_progress(rt, tenant):  # noqa: F811
     rt.jobs.heartbeat(job.id, claimed.attempts, 60, progress=70)
     rt.jobs.requeue(job.id, claimed.attempts, queue="q", delay_s=0, code="x", message="y")
     assert rt.jobs.get(job.id).progress == 0
-
-
-def test_sweep_bumps_and_is_single_winner(rt, app, tenant):  # noqa: F811
-    job = submit(rt, tenant, "piper-joe")
-    rt.settings.stale_queued_s = 1.0
-    time.sleep(1.1)
-    stale = rt.jobs.stale_queued(1.0)
-    assert [j.id for j in stale] == [job.id]
-    assert rt.jobs.republish(stale[0], "q") is not None
-    assert rt.jobs.republish(stale[0], "q") is None  # a second sweeper lost the race
-    assert sweep_stale_queued(rt, app) == 0  # bumped: not stale any more
-    time.sleep(1.1)
-    assert sweep_stale_queued(rt, app) == 1
 
 
 def test_reaper_fail_path_spares_a_live_last_attempt(rt, app, tenant):  # noqa: F811
