@@ -95,46 +95,64 @@ def test_start_with_every_dependency_down_then_recover(stack, tmp_path, proxies,
         worker.stop()
 
 
-def test_sync_speech_never_invites_a_resubmit(stack, tmp_path, proxies):
-    db = proxies(stack.env["OMNIJOBS_DATABASE_URL"])
-    store = proxies(stack.env["OMNIJOBS_S3_ENDPOINT_URL"])
+@pytest.fixture(scope="module")
+def proxied(stack, tmp_path_factory):
+    """An API whose database and store sit behind proxies the tests cut."""
+    db = proxy_for(stack.env["OMNIJOBS_DATABASE_URL"])
+    store = proxy_for(stack.env["OMNIJOBS_S3_ENDPOINT_URL"])
     env = dict(stack.env, OMNIJOBS_DATABASE_URL=through(stack.env["OMNIJOBS_DATABASE_URL"], db),
                OMNIJOBS_S3_ENDPOINT_URL=through(stack.env["OMNIJOBS_S3_ENDPOINT_URL"], store))
     port = free_port()
     base = f"http://127.0.0.1:{port}"
-    api = spawn("sync-api", ["api", "--port", str(port)], env, tmp_path)
+    api = spawn("sync-api", ["api", "--port", str(port)], env, tmp_path_factory.mktemp("sync"))
     stack.processes["sync-api"] = api
-    key = stack.new_key("sync-" + uuid.uuid4().hex[:8])
     try:
         wait_until(lambda: ready(base).status_code == 200, 60, "API")
-        with stack.client(key) as direct:
-            # The result cannot be read: an error the SDK does not retry (3 tries allowed).
-            store.cut()
-            sdk = OpenAI(base_url=f"{base}/v1", api_key=key, max_retries=2)
-            with pytest.raises(APIStatusError) as err:
-                sdk.audio.speech.create(model="test-sleep", voice="alloy", input="0.2")
-            assert err.value.status_code == 503
-            assert err.value.response.headers["x-should-retry"] == "false"
-            assert err.value.body["code"] == "result_unavailable"
-            [job] = direct.get("/v1/jobs").json()["data"]  # submitted once, not thrice
-            assert job["status"] == "completed" and job["id"] in err.value.body["message"]
-            store.restore()
-
-            # The database goes away while the request waits: 202 with the job.
-            answer: dict = {}
-            waiting = threading.Thread(target=lambda: answer.update(resp=httpx.post(
-                f"{base}/v1/audio/speech", timeout=60, headers={"Authorization": f"Bearer {key}"},
-                json={"model": "test-sleep", "input": "4"})))
-            waiting.start()
-            wait_until(lambda: len(direct.get("/v1/jobs").json()["data"]) == 2, 30, "submit")
-            db.cut()
-            waiting.join(60)
-            resp = answer["resp"]
-            assert resp.status_code == 202, resp.text
-            job_id = resp.json()["id"]
-            assert resp.headers["location"] == f"/v1/jobs/{job_id}"
-            db.restore()
-            assert wait_job(direct, job_id, 60)["status"] == "completed"
-            assert len(direct.get("/v1/jobs").json()["data"]) == 2
+        yield base, db, store
     finally:
         api.stop()
+        db.close()
+        store.close()
+
+
+def test_sync_speech_result_unreadable_is_not_retried(stack, proxied):
+    """The job completed but its bytes cannot be read: an error the SDK does not retry
+    (three tries allowed), so the text is rendered once."""
+    base, _, store = proxied
+    key = stack.new_key("sync-" + uuid.uuid4().hex[:8])
+    store.cut()
+    try:
+        sdk = OpenAI(base_url=f"{base}/v1", api_key=key, max_retries=2)
+        with pytest.raises(APIStatusError) as err:
+            sdk.audio.speech.create(model="test-sleep", voice="alloy", input="0.2")
+    finally:
+        store.restore()
+    assert err.value.status_code == 503
+    assert err.value.response.headers["x-should-retry"] == "false"
+    assert err.value.body["code"] == "result_unavailable"
+    with stack.client(key) as direct:
+        [job] = direct.get("/v1/jobs").json()["data"]  # submitted once, not three times
+    assert job["status"] == "completed" and job["id"] in err.value.body["message"]
+
+
+def test_sync_speech_database_lost_while_waiting_answers_202(stack, proxied):
+    base, db, _ = proxied
+    key = stack.new_key("sync-" + uuid.uuid4().hex[:8])
+    answer: dict = {}
+    waiting = threading.Thread(target=lambda: answer.update(resp=httpx.post(
+        f"{base}/v1/audio/speech", timeout=60, headers={"Authorization": f"Bearer {key}"},
+        json={"model": "test-sleep", "input": "4"})))
+    with stack.client(key) as direct:
+        waiting.start()
+        wait_until(lambda: direct.get("/v1/jobs").json()["data"], 30, "the job to exist")
+        db.cut()
+        try:
+            waiting.join(60)
+        finally:
+            db.restore()
+        resp = answer["resp"]
+        assert resp.status_code == 202, resp.text
+        job_id = resp.json()["id"]
+        assert resp.headers["location"] == f"/v1/jobs/{job_id}"
+        assert wait_job(direct, job_id, 60)["status"] == "completed"
+        assert len(direct.get("/v1/jobs").json()["data"]) == 1

@@ -62,8 +62,7 @@ def test_relay_puts_the_render_message_in_the_broker(rt, app, tenant, broker):  
     assert len(waiting(broker)) == 1
 
 
-def test_sweep_leaves_a_job_waiting_in_a_long_queue_alone(rt, app, tenant,  # noqa: F811
-                                                          broker):
+def test_sweep_leaves_a_job_in_a_long_queue_alone(rt, app, tenant, broker):  # noqa: F811
     job = submit(rt, tenant, "piper-joe")
     relay_outbox(rt, app)
     time.sleep(STALE_S + 0.1)
@@ -73,8 +72,7 @@ def test_sweep_leaves_a_job_waiting_in_a_long_queue_alone(rt, app, tenant,  # no
     assert len(waiting(broker)) == 1
 
 
-def test_sweep_resends_a_lost_message_once_and_voids_the_lost_one(rt, app,  # noqa: F811
-                                                                  tenant, broker):
+def test_sweep_resends_a_lost_message_and_voids_it(rt, app, tenant, broker):  # noqa: F811
     job = submit(rt, tenant, "piper-joe")
     relay_outbox(rt, app)
     redis.Redis.from_url(broker).delete(QUEUE)  # a broker restarted without its data
@@ -89,8 +87,8 @@ def test_sweep_resends_a_lost_message_once_and_voids_the_lost_one(rt, app,  # no
     assert outcome(run_job(rt, app, job.id, token)) == "completed"
 
 
-def test_sweep_counts_a_message_a_worker_took_and_never_claimed_as_lost(rt, app,  # noqa: F811
-                                                                        tenant, broker):
+def test_sweep_counts_a_taken_unclaimed_message_lost(rt, app, tenant, broker):  # noqa: F811
+    """Taken by a worker that then died: no longer waiting in the queue."""
     job = submit(rt, tenant, "piper-joe")
     relay_outbox(rt, app)
     assert redis.Redis.from_url(broker).rpop(QUEUE)  # taken by a worker that then died
@@ -128,3 +126,30 @@ def test_filesystem_broker_is_inspected_too(tmp_path, sqlite_url, tenant):  # no
     for path in settings.broker_folder.glob(f"*.{QUEUE}.msg"):
         path.unlink()
     assert waiting_dispatches(app, [QUEUE]) == set()
+
+
+def test_maintenance_and_retention_settings(monkeypatch):
+    from tasks.maintenance import PERIODS, periods
+
+    monkeypatch.setenv("OMNIJOBS_MAINTENANCE_PERIODS", '{"relay": 1.5}')
+    monkeypatch.setenv("OMNIJOBS_OUTPUT_TTL_S", "60")
+    monkeypatch.setenv("OMNIJOBS_JOB_TTL_S", "120")
+    monkeypatch.setenv("OMNIJOBS_OUTBOX_RETENTION_S", "30")
+    monkeypatch.setenv("OMNIJOBS_STORAGE_RETRY_S", "9")
+    s = Settings()
+    assert periods(s.maintenance_periods) == {**PERIODS, "relay": 1.5}
+    assert (s.output_ttl_s, s.job_ttl_s, s.outbox_retention_s, s.storage_retry_s) == (
+        60, 120, 30, 9)
+    with pytest.raises(ValueError, match="unknown steps"):
+        periods({"relays": 1})
+    with pytest.raises(ValueError, match="positive"):
+        periods({"relay": 0})
+
+
+def test_max_runtime_comes_from_the_spec_or_the_pipeline_options(tmp_path, sqlite_url):
+    rt = WorkerRuntime(Settings(home=tmp_path, database_url=sqlite_url, pipelines=PIPELINES,
+                                pipeline_modules=["tests.fake_pipelines"],
+                                pipeline_options={"test-flaky": {"max_runtime_s": 2}}))
+    assert rt.max_runtime_s("test-flaky") == 2
+    assert rt.max_runtime_s("piper-joe") == 900
+    assert rt.max_runtime_s("test-video") == 3600

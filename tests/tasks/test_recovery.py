@@ -133,3 +133,19 @@ def test_engine_abort_after_a_cancel_is_a_cancel():
     with pytest.raises(JobCancelled):
         list(bridge.stream({"prompt": "[engine-abort] x"}, bridge.default_params(), "r1",
                            lambda: True))
+
+
+def test_lease_is_not_renewed_past_the_maximum_runtime(rt, tenant):  # noqa: F811
+    from tasks.lease import Lease
+
+    job = submit(rt, tenant, "piper-joe")
+    claimed = rt.jobs.claim(job.id, "w", lease_s=60)
+    fired = threading.Event()
+    lease = Lease(rt.jobs, job.id, claimed.attempts, lease_s=0.3, max_runtime_s=0.5,
+                  on_timeout=fired.set).start()
+    assert fired.wait(10)
+    before = rt.jobs.get(job.id).lease_expires_at
+    lease.beat()
+    assert rt.jobs.get(job.id).lease_expires_at == before  # not renewed any more
+    assert lease.is_cancelled()
+    lease.stop()
