@@ -135,7 +135,7 @@ def _finish(rt: WorkerRuntime, app: Celery, job: JobRecord, raw: Any, lease: Lea
             try:
                 outputs = finalize(job, raw, lease, store)
             except Exception as exc:
-                result = record_failure(rt, app, job, exc)
+                result = record_failure(rt, app, job, stop_reason(lease, exc))
                 discard_uploads(rt, job, store.uploaded)
                 return result
         if not complete(rt, job, outputs):
@@ -147,12 +147,23 @@ def _finish(rt: WorkerRuntime, app: Celery, job: JobRecord, raw: Any, lease: Lea
     return "completed"
 
 
+def timeout_error(limit_s: float) -> JobTimedOut:
+    return JobTimedOut(f"the job ran past its pipeline's maximum runtime ({limit_s:g} s)")
+
+
+def stop_reason(lease: Lease, exc: BaseException) -> BaseException:
+    """A pipeline that stopped because its lease ran past the maximum runtime (it saw
+    itself cancelled) timed out; it was not cancelled."""
+    if isinstance(exc, JobCancelled) and lease.overdue():
+        return timeout_error(lease.max_runtime_s)
+    return exc
+
+
 def timed_out(rt: WorkerRuntime, app: Celery, job: JobRecord, limit_s: float) -> None:
     """On the lease's watchdog thread, past the maximum runtime: record ``timeout``
     (retry or fail, a compare-and-set on our attempt), then recycle the process."""
     try:
-        outcome = record_failure(rt, app, job, JobTimedOut(
-            f"the job ran past its pipeline's maximum runtime ({limit_s:g} s)"))
+        outcome = record_failure(rt, app, job, timeout_error(limit_s))
         JOBS_FINISHED.labels(job.pipeline, f"timeout-{outcome}").inc()
     except Exception:
         log.exception("job %s timed out and could not be recorded; the reaper will",
@@ -178,7 +189,7 @@ def run_job(rt: WorkerRuntime, app: Celery, job_id: str,
             raw = generate(rt, job, lease)
     except Exception as exc:
         lease.stop()
-        result = record_failure(rt, app, job, exc)
+        result = record_failure(rt, app, job, stop_reason(lease, exc))
         JOBS_FINISHED.labels(job.pipeline, result).inc()
         return result
     return rt.finalizer.submit(finish, rt, app, job, raw, lease)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from itertools import islice
 
 from celery import Celery
@@ -38,28 +38,32 @@ def delete_job_objects(rt: WorkerRuntime, job: JobRecord) -> None:
     rt.store.delete(sorted(keys))
 
 
-def expire_outputs(rt: WorkerRuntime) -> int:
+def _in_batches(fetch: Callable[[int], list[JobRecord]],
+                handle: Callable[[JobRecord], bool]) -> int:
     done = 0
     for _ in range(MAX_BATCHES):
-        jobs = rt.jobs.outputs_to_expire(limit=BATCH)
-        for job in jobs:
-            delete_job_objects(rt, job)
-            done += int(rt.jobs.mark_outputs_deleted(job.id))
+        jobs = fetch(BATCH)
+        done += sum(handle(job) for job in jobs)
         if len(jobs) < BATCH:
             break
     return done
+
+
+def expire_outputs(rt: WorkerRuntime) -> int:
+    def expire(job: JobRecord) -> bool:
+        delete_job_objects(rt, job)
+        return rt.jobs.mark_outputs_deleted(job.id)
+
+    return _in_batches(lambda n: rt.jobs.outputs_to_expire(limit=n), expire)
 
 
 def expire_jobs(rt: WorkerRuntime) -> int:
-    done = 0
-    for _ in range(MAX_BATCHES):
-        jobs = rt.jobs.finished_before(rt.settings.job_ttl_s, limit=BATCH)
-        for job in jobs:
-            delete_job_objects(rt, job)
-            done += int(rt.jobs.delete_finished(job.id))
-        if len(jobs) < BATCH:
-            break
-    return done
+    def forget(job: JobRecord) -> bool:
+        delete_job_objects(rt, job)
+        return rt.jobs.delete_finished(job.id)
+
+    return _in_batches(lambda n: rt.jobs.finished_before(rt.settings.job_ttl_s, limit=n),
+                       forget)
 
 
 def apply_retention(rt: WorkerRuntime, _app: Celery) -> int:

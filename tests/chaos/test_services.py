@@ -65,7 +65,9 @@ def test_seaweedfs_stopped_during_uploads(chaos: Chaos):
     """The object store stops while results are being uploaded and comes back 10 s
     later: uploads are retried in place and every job completes with a matching sha256
     (``tally`` downloads each object and checks it)."""
-    worker_logs = lambda: "".join(p.read_text() for p in chaos.home.glob("worker*.log"))  # noqa: E731
+    def worker_logs() -> str:
+        return "".join(p.read_text() for p in chaos.home.glob("worker*.log"))
+
     retries_before = worker_logs().count("failed (")
     with chaos.client(chaos.new_key("seaweedfs")) as c:
         with Load(c, 20, 0.1) as load:

@@ -7,7 +7,6 @@ import time
 import uuid
 from datetime import UTC, datetime, timedelta
 
-import boto3
 import pytest
 from sqlalchemy import select, update
 
@@ -72,10 +71,12 @@ def test_relay_and_reaper_run_while_the_only_render_worker_is_busy(stack, db):
         assert wait_job(c, orphaned.id)["attempts"] == 2
 
 
-def _s3(seaweedfs):
-    return boto3.client("s3", endpoint_url=seaweedfs.endpoint, region_name="us-east-1",
-                        aws_access_key_id=seaweedfs.access_key,
-                        aws_secret_access_key=seaweedfs.secret_key)
+def speak(c, text: str) -> str:
+    """A completed speech job's id."""
+    resp = c.post("/v1/audio/speech", json={"model": "tts-1", "input": text,
+                                            "response_format": "wav"})
+    assert resp.status_code == 200, resp.text
+    return resp.headers["x-job-id"]
 
 
 def _keys(s3, bucket: str, prefix: str) -> list[str]:
@@ -85,12 +86,9 @@ def _keys(s3, bucket: str, prefix: str) -> list[str]:
 
 def test_expired_outputs_are_deleted_and_answer_410(stack, db, seaweedfs):
     sessions, tenant, key = db
-    s3, bucket = _s3(seaweedfs), stack.env["OMNIJOBS_S3_BUCKET"]
+    s3, bucket = seaweedfs.client(), stack.env["OMNIJOBS_S3_BUCKET"]
     with stack.client(key) as c:
-        resp = c.post("/v1/audio/speech", json={"model": "tts-1", "input": "Gone soon.",
-                                                "response_format": "wav"})
-        assert resp.status_code == 200, resp.text
-        job_id = resp.headers["x-job-id"]
+        job_id = speak(c, "Gone soon.")
         job = c.get(f"/v1/jobs/{job_id}").json()
         assert job["expires_at"] == job["completed_at"] + 7 * 86400
         assert _keys(s3, bucket, f"{tenant}/{job_id}/")
@@ -112,11 +110,9 @@ def test_expired_outputs_are_deleted_and_answer_410(stack, db, seaweedfs):
 
 def test_objects_no_job_owns_are_swept(stack, db, seaweedfs):
     _, tenant, key = db
-    s3, bucket = _s3(seaweedfs), stack.env["OMNIJOBS_S3_BUCKET"]
+    s3, bucket = seaweedfs.client(), stack.env["OMNIJOBS_S3_BUCKET"]
     with stack.client(key) as c:
-        resp = c.post("/v1/audio/speech", json={"model": "tts-1", "input": "Keep me.",
-                                                "response_format": "wav"})
-        live = f"{tenant}/{resp.headers['x-job-id']}/"
+        live = f"{tenant}/{speak(c, 'Keep me.')}/"
     orphan = f"{tenant}/job_{uuid.uuid4().hex}/0.wav"  # a deleted job's late upload
     s3.put_object(Bucket=bucket, Key=orphan, Body=b"late")
     wait_until(lambda: not _keys(s3, bucket, orphan), WITHIN_S, "the orphan sweep")

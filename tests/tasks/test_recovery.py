@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 
@@ -149,3 +150,16 @@ def test_lease_is_not_renewed_past_the_maximum_runtime(rt, tenant):  # noqa: F81
     assert rt.jobs.get(job.id).lease_expires_at == before  # not renewed any more
     assert lease.is_cancelled()
     lease.stop()
+
+
+def test_a_pipeline_stopped_by_its_runtime_limit_timed_out_not_cancelled(rt):  # noqa: F811
+    from core.errors import JobCancelled, JobTimedOut
+    from tasks.lease import Lease
+    from tasks.render import stop_reason
+
+    cancelled = JobCancelled("stopped")
+    overdue = Lease(rt.jobs, "job_x", 1, lease_s=5, max_runtime_s=0)
+    time.sleep(0.01)
+    reason = stop_reason(overdue, cancelled)
+    assert isinstance(reason, JobTimedOut) and reason.code == "timeout" and reason.retryable
+    assert stop_reason(Lease(rt.jobs, "job_x", 1, lease_s=5), cancelled) is cancelled
