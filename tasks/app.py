@@ -29,8 +29,11 @@ def broker_options(settings: Settings) -> dict:
 def make_celery(settings: Settings, with_tasks: bool = True) -> Celery:
     """``with_tasks=False`` gives a publisher only (the API): no worker code imported."""
     app = Celery("omnijobs", broker=settings.broker)
+    options = broker_options(settings)
+    if not with_tasks:  # a broker that is down must not hold a submit up: the outbox has it
+        options |= {"max_retries": 1, "interval_start": 0}
     app.conf.update(
-        broker_transport_options=broker_options(settings),
+        broker_transport_options=options,
         broker_connection_retry_on_startup=True,
         broker_connection_timeout=3,
         task_acks_late=True,

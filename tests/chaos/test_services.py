@@ -9,33 +9,35 @@ import time
 import httpx
 import psycopg
 
-from ..services import PG_ADMIN
+from ..services import PG_ADMIN, wait_until
 from .conftest import Chaos, settle, tally
 
 ASYNC = {"Prefer": "respond-async"}
 
 
 class Load:
-    """Submits ``n`` jobs, one every ``every_s``, on a thread; keeps each answer's status."""
+    """Submits ``n`` jobs, one every ``every_s``, on a thread; keeps each answer's status.
+    The first ``slow`` jobs take a second of work each, to leave a backlog in the queue."""
 
-    def __init__(self, client: httpx.Client, n: int, every_s: float, model: str = "test-fast"):
-        self.client, self.n, self.every_s, self.model = client, n, every_s, model
+    def __init__(self, client: httpx.Client, n: int, every_s: float, slow: int = 0):
+        self.client, self.n, self.every_s, self.slow = client, n, every_s, slow
         self.statuses: list[int] = []
         self.accepted: list[str] = []
         self.thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
         for i in range(self.n):
+            body = ({"model": "test-sleep", "input": "1"} if i < self.slow
+                    else {"model": "test-fast", "input": f"Load {i}."})
             try:
-                resp = self.client.post("/v1/audio/speech", headers=ASYNC,
-                                        json={"model": self.model, "input": f"Load {i}."})
+                resp = self.client.post("/v1/audio/speech", headers=ASYNC, json=body)
             except httpx.HTTPError:
                 self.statuses.append(0)
                 continue
             self.statuses.append(resp.status_code)
             if resp.status_code == 202:
                 self.accepted.append(resp.json()["id"])
-            time.sleep(self.every_s)
+            time.sleep(self.every_s if i >= self.slow else 0)
 
     def __enter__(self) -> Load:
         self.thread.start()
@@ -46,12 +48,15 @@ class Load:
 
 
 def test_redis_stopped_for_10s_during_submissions(chaos: Chaos):
-    """The broker goes away (and comes back empty: no persistence) while 50 jobs are
-    submitted and rendered: every submit is accepted into the outbox or refused with a
-    503, never a 500, and every accepted job completes."""
+    """The broker goes away while 50 jobs are submitted and rendered, and comes back
+    empty (no persistence), losing the backlog it held: every submit is accepted (into
+    the outbox while the broker is down) or refused with a 503, never a 500, and every
+    accepted job completes, the lost messages re-sent by the stale-queued sweep."""
+    maintenance = chaos.processes["maintenance"].log
+    resent_before = maintenance.read_text().count("its message is gone: re-sent")
     with chaos.client(chaos.new_key("redis")) as c:
-        with Load(c, 50, 0.25) as load:
-            time.sleep(2)
+        with Load(c, 50, 0.2, slow=8) as load:
+            wait_until(lambda: len(load.statuses) >= 8, 30, "a backlog in the broker")
             chaos.redis.stop()
             time.sleep(10)
             chaos.redis.start()
@@ -59,6 +64,7 @@ def test_redis_stopped_for_10s_during_submissions(chaos: Chaos):
         counts = tally(chaos, load.accepted, settle(c, load.accepted, 150), "redis_stopped")
     assert counts.lost == 0 and counts.duplicated == 0
     assert counts.completed == counts.submitted >= 40
+    assert maintenance.read_text().count("its message is gone: re-sent") > resent_before
 
 
 def test_seaweedfs_stopped_during_uploads(chaos: Chaos):
