@@ -15,10 +15,10 @@ log = logging.getLogger(__name__)
 
 RENDER_TASK = "omnijobs.render"
 MAINTENANCE_QUEUE = "maintenance"
-WEBHOOKS_QUEUE = "webhooks"
+WEBHOOK_QUEUE = "webhooks"
 # The Celery queues the maintenance process consumes; render workers never do, so no
 # render backlog can hold this work up.
-MAINTENANCE_QUEUES = (MAINTENANCE_QUEUE, WEBHOOKS_QUEUE)
+MAINTENANCE_QUEUES = (MAINTENANCE_QUEUE, WEBHOOK_QUEUE)
 
 
 def publish(app: Celery, msg: OutboxRecord) -> None:
