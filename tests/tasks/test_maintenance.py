@@ -20,7 +20,10 @@ from tasks.runtime import WorkerRuntime
 from ..services import redis_url
 from .test_render import PIPELINES, outcome, submit, tenant  # noqa: F401  (fixtures)
 
-QUEUE = "pipeline.piper-joe"
+# A pipeline no worker of the session's shared stack serves, so none of them can take
+# these messages even if its Redis database is the one these tests got.
+PIPELINE = "test-snapshots"
+QUEUE = f"pipeline.{PIPELINE}"
 STALE_S = 0.3
 
 
@@ -54,7 +57,7 @@ def waiting(broker: str, queue: str = QUEUE) -> list[tuple[str, list]]:
 
 
 def test_relay_puts_the_render_message_in_the_broker(rt, app, tenant, broker):  # noqa: F811
-    job = submit(rt, tenant, "piper-joe")
+    job = submit(rt, tenant, PIPELINE)
     assert waiting(broker) == []
     assert relay_outbox(rt, app) == 1
     assert waiting(broker) == [("omnijobs.render", [job.id, job.dispatch_token])]
@@ -63,7 +66,7 @@ def test_relay_puts_the_render_message_in_the_broker(rt, app, tenant, broker):  
 
 
 def test_sweep_leaves_a_job_in_a_long_queue_alone(rt, app, tenant, broker):  # noqa: F811
-    job = submit(rt, tenant, "piper-joe")
+    job = submit(rt, tenant, PIPELINE)
     relay_outbox(rt, app)
     time.sleep(STALE_S + 0.1)
     assert [j.id for j in rt.jobs.stale_queued(STALE_S)] == [job.id]  # old enough...
@@ -73,7 +76,7 @@ def test_sweep_leaves_a_job_in_a_long_queue_alone(rt, app, tenant, broker):  # n
 
 
 def test_sweep_resends_a_lost_message_and_voids_it(rt, app, tenant, broker):  # noqa: F811
-    job = submit(rt, tenant, "piper-joe")
+    job = submit(rt, tenant, PIPELINE)
     relay_outbox(rt, app)
     redis.Redis.from_url(broker).delete(QUEUE)  # a broker restarted without its data
     time.sleep(STALE_S + 0.1)
@@ -89,7 +92,7 @@ def test_sweep_resends_a_lost_message_and_voids_it(rt, app, tenant, broker):  # 
 
 def test_sweep_counts_a_taken_unclaimed_message_lost(rt, app, tenant, broker):  # noqa: F811
     """Taken by a worker that then died: no longer waiting in the queue."""
-    job = submit(rt, tenant, "piper-joe")
+    job = submit(rt, tenant, PIPELINE)
     relay_outbox(rt, app)
     assert redis.Redis.from_url(broker).rpop(QUEUE)  # taken by a worker that then died
     time.sleep(STALE_S + 0.1)
@@ -98,7 +101,7 @@ def test_sweep_counts_a_taken_unclaimed_message_lost(rt, app, tenant, broker):  
 
 
 def test_sweep_leaves_unpublished_messages_to_the_relay(rt, app, tenant):  # noqa: F811
-    job = submit(rt, tenant, "piper-joe")  # the broker was down: still in the outbox
+    job = submit(rt, tenant, PIPELINE)  # the broker was down: still in the outbox
     time.sleep(STALE_S + 0.1)
     assert rt.jobs.stale_queued(STALE_S) == []
     assert sweep_stale_queued(rt, app) == 0
@@ -106,9 +109,9 @@ def test_sweep_leaves_unpublished_messages_to_the_relay(rt, app, tenant):  # noq
 
 
 def test_published_outbox_rows_are_pruned_after_retention(rt, app, tenant):  # noqa: F811
-    sent = submit(rt, tenant, "piper-joe")
+    sent = submit(rt, tenant, PIPELINE)
     relay_outbox(rt, app)
-    unsent = submit(rt, tenant, "piper-joe")
+    unsent = submit(rt, tenant, PIPELINE)
     rt.settings.outbox_retention_s = 0.2
     time.sleep(0.3)
     assert prune_outbox(rt, app) == 1
@@ -120,7 +123,7 @@ def test_filesystem_broker_is_inspected_too(tmp_path, sqlite_url, tenant):  # no
     settings = Settings(home=tmp_path, database_url=sqlite_url, pipelines=PIPELINES,
                         pipeline_modules=["tests.fake_pipelines"], outbox_grace_s=0)
     rt, app = WorkerRuntime(settings), make_celery(settings)
-    job = submit(rt, tenant, "piper-joe")
+    job = submit(rt, tenant, PIPELINE)
     relay_outbox(rt, app)
     assert waiting_dispatches(app, [QUEUE]) == {(job.id, job.dispatch_token)}
     for path in settings.broker_folder.glob(f"*.{QUEUE}.msg"):
