@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 
 from celery import Celery
 
@@ -31,7 +30,7 @@ def children(pid: int) -> list[int]:
 def test_sigkill_worker_mid_generation(chaos: Chaos):
     """20 jobs in flight (half a second of work each); the worker (supervisor and child)
     is killed while one of them is generating; a new worker finishes all 20."""
-    victim = chaos.processes.pop("worker-1")
+    victim = chaos.processes["worker-1"]  # stopped by the fixture if this test fails early
     with chaos.client(chaos.new_key("sigkill")) as c:
         ids = [submit(c, "0.5", model="test-sleep") for _ in range(20)]
 
@@ -45,6 +44,7 @@ def test_sigkill_worker_mid_generation(chaos: Chaos):
         for pid in [*child, victim.proc.pid]:
             os.kill(pid, signal.SIGKILL)
         victim.proc.wait(10)
+        del chaos.processes["worker-1"]
         chaos.start_worker("worker-2")
         counts = tally(chaos, ids, settle(c, ids, 120), "sigkill_worker")
     assert counts.completed == 20 and counts.lost == 0 and counts.duplicated == 0
@@ -87,4 +87,3 @@ def test_every_message_delivered_twice_to_two_workers(chaos: Chaos):
     finally:
         sender.close()
         chaos.processes.pop("worker-3").stop()
-        time.sleep(0)
