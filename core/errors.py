@@ -128,6 +128,27 @@ class TooManyRequests(OmniJobsError):
     retry_after_s = 1
 
 
+class ResultUnavailable(OmniJobsError):
+    """A job the caller waited on completed but its bytes could not be read right now.
+
+    Not retryable: a resubmit would render the same text again; the job's content is
+    fetched later with ``GET /v1/jobs/{id}/content``.
+    """
+
+    http_status = 503
+    error_type = "server_error"
+    code = "result_unavailable"
+
+
+class OutputExpired(OmniJobsError):
+    """The output's retention period (``OMNIJOBS_OUTPUT_TTL_S``) has passed; its bytes are
+    deleted, the job's record stays."""
+
+    http_status = 410
+    error_type = "invalid_request_error"
+    code = "output_expired"
+
+
 class ConfigurationError(OmniJobsError):
     """Settings are unusable (e.g. placeholder secrets outside the embedded mode)."""
 
@@ -198,3 +219,10 @@ class EngineDead(PipelineFailed):
     restarts rather than poisoning later jobs with a broken engine."""
 
     code = "engine_dead"
+
+
+class JobTimedOut(PipelineFailed):
+    """The job ran past its pipeline's maximum runtime. Retryable (a hung engine may be
+    transient); the worker process is recycled so the stuck call cannot block the next job."""
+
+    code = "timeout"

@@ -62,7 +62,16 @@ class Settings(BaseSettings):
     retry_backoff_s: float = Field(default=2.0, ge=0)
     outbox_grace_s: float = Field(default=10.0, ge=0)
     finalize_backlog: int = Field(default=1, ge=0)
-    stale_queued_s: float = Field(default=900.0, ge=1.0)
+    stale_queued_s: float = Field(default=900.0, gt=0)
+
+    # ---- maintenance, bounded work and retention -------------------------------------
+    # Seconds between runs of each maintenance step (keys as in tasks/maintenance.py's
+    # PERIODS: relay, reap, sweep_queued, orphans, retention, prune_outbox).
+    maintenance_periods: dict[str, float] = {}
+    outbox_retention_s: float = Field(default=86400.0, gt=0)  # published rows kept this long
+    output_ttl_s: float = Field(default=7 * 86400.0, gt=0)  # objects deleted after completion
+    job_ttl_s: float = Field(default=30 * 86400.0, gt=0)  # finished job records deleted
+    storage_retry_s: float = Field(default=120.0, ge=0)  # uploads retried in place this long
 
     pipelines: list[str] = ["piper-joe", "reference-t2va"]
     pipeline_modules: list[str] = []

@@ -184,26 +184,27 @@ def api(host: str = "127.0.0.1", port: int = 8000, log_level: str = "info",
 def worker(
     pipeline: Annotated[list[str] | None, typer.Option(
         help="Pipeline(s) to serve; default: every enabled one")] = None,
-    maintenance: Annotated[bool, typer.Option(help="Also run relay/reaper tasks")] = True,
-    beat: Annotated[bool, typer.Option(help="Embed the periodic scheduler")] = False,
     gpu: Annotated[str | None, typer.Option(
         help="Pin this process to its GPU(s): 0, or 2,3,4,5,6,7 for a multi-GPU deploy")] = None,
     metrics_port: Annotated[int | None, typer.Option(help="Serve Prometheus metrics")] = None,
     loglevel: str = "INFO",
     supervise: Annotated[bool, typer.Option(hidden=True)] = True,
+    maintenance: Annotated[bool, typer.Option(
+        hidden=True, help="Ignored: render workers never run maintenance")] = False,
 ) -> None:
-    """Run a worker: one process, models loaded once before it takes jobs.
+    """Run a render worker: one process, models loaded once before it takes jobs.
 
     A light supervisor process (which never touches an accelerator) runs the worker as
     its child and starts a fresh one whenever the worker exits asking for a restart
-    (a dead inference engine)."""
+    (a dead inference engine, a job past its maximum runtime). Maintenance runs
+    elsewhere (``omnijobs maintenance``)."""
     if gpu is not None:
         if not re.fullmatch(r"\d+(,\d+)*", gpu):
             raise typer.BadParameter("a GPU index or a comma-separated list", param_hint="--gpu")
         os.environ["CUDA_VISIBLE_DEVICES"] = gpu
     if supervise:
         raise typer.Exit(_supervise([*sys.argv[1:], "--no-supervise"]))
-    _run_worker(pipeline, maintenance, beat, metrics_port, loglevel)
+    _run_worker(pipeline, metrics_port, loglevel)
 
 
 def _die_with_parent() -> None:  # pragma: no cover - runs in the child before exec
@@ -234,14 +235,12 @@ def _supervise(args: list[str]) -> int:
         code = child.wait()
         if code != RESTART_EXIT:
             return code
-        log.warning("worker exited for a restart (dead engine); starting a fresh one")
+        log.warning("worker exited for a restart; starting a fresh one")
 
 
-def _run_worker(pipeline: list[str] | None, maintenance: bool, beat: bool,
-                metrics_port: int | None, loglevel: str) -> None:
+def _run_worker(pipeline: list[str] | None, metrics_port: int | None, loglevel: str) -> None:
     from pipelines import get_spec
     from tasks.app import make_celery
-    from tasks.dispatch import MAINTENANCE_QUEUE, WEBHOOK_QUEUE
     from tasks.runtime import RESTART_EXIT, get_runtime
 
     _logging(loglevel)
@@ -253,12 +252,9 @@ def _run_worker(pipeline: list[str] | None, maintenance: bool, beat: bool,
         start_http_server(metrics_port)
     runtime = get_runtime(settings)
     runtime.warm(names)
-    queues = [get_spec(n).queue for n in names] + ([MAINTENANCE_QUEUE] if maintenance else [])
-    queues += [WEBHOOK_QUEUE] if maintenance else []  # deliveries go with maintenance
+    queues = [get_spec(n).queue for n in names]
     argv = ["worker", "--pool=solo", "-Q", ",".join(queues), f"--loglevel={loglevel}",
             "-n", f"omnijobs-{os.getpid()}@%h", "--without-gossip", "--without-mingle", "-E"]
-    if beat:
-        argv += ["-B", "-s", str((settings.home / "celerybeat-schedule").resolve())]
     try:
         make_celery(settings).worker_main(argv)
     finally:
@@ -267,13 +263,23 @@ def _run_worker(pipeline: list[str] | None, maintenance: bool, beat: bool,
 
 
 @cli.command()
-def beat(loglevel: str = "INFO") -> None:
-    """Run the periodic scheduler (outbox relay, lease reaper)."""
+def maintenance(loglevel: str = "INFO") -> None:
+    """Run the maintenance process, one per deployment: outbox relay, lease reaper,
+    lost-message sweep, retention, orphan sweep, outbox pruning, and the CPU queues
+    (webhook deliveries). It never renders, so render work cannot hold it up."""
     from tasks.app import make_celery
+    from tasks.maintenance import run
+    from tasks.runtime import get_runtime
 
+    _logging(loglevel)
     settings = _settings()
-    make_celery(settings).start(["beat", f"--loglevel={loglevel}", "-s",
-                                 str((settings.home / "celerybeat-schedule").resolve())])
+    run(get_runtime(settings), make_celery(settings), loglevel)
+
+
+@cli.command()
+def beat(loglevel: str = "INFO") -> None:
+    """Same as ``omnijobs maintenance`` (its former name)."""
+    maintenance(loglevel)
 
 
 def _dev_key(settings: Settings) -> str:
@@ -295,7 +301,8 @@ def dev(host: str = "127.0.0.1", port: int = 8000,
         allow_remote: Annotated[bool, typer.Option(
             help="Allow a non-loopback --host (needs OMNIJOBS_SIGNING_SECRET)")] = False
         ) -> None:
-    """Embedded mode: SQLite, filesystem broker, local object store, worker + API."""
+    """Embedded mode: SQLite, filesystem broker, local object store, worker, maintenance
+    and API."""
     import uvicorn
 
     from storage.migrate import upgrade
@@ -313,22 +320,25 @@ def dev(host: str = "127.0.0.1", port: int = 8000,
     settings = _settings()
     upgrade(settings.db_url)
     key = _dev_key(settings)
-    worker_proc = subprocess.Popen([sys.executable, "-m", "omnijobs.cli", "worker", "--beat"],
-                                   preexec_fn=_die_with_parent)
+    children = [subprocess.Popen([sys.executable, "-m", "omnijobs.cli", role],
+                                 preexec_fn=_die_with_parent)
+                for role in ("worker", "maintenance")]
 
-    def stop_worker(*_args) -> None:
-        if worker_proc.poll() is None:
-            worker_proc.send_signal(signal.SIGTERM)
+    def stop_children(*_args) -> None:
+        for child in children:
+            if child.poll() is None:
+                child.send_signal(signal.SIGTERM)
+        for child in children:
             try:
-                worker_proc.wait(timeout=30)
+                child.wait(timeout=30)
             except subprocess.TimeoutExpired:
-                worker_proc.kill()
+                child.kill()
         raise SystemExit(0)
 
     # uvicorn re-raises SIGINT/SIGTERM after its graceful shutdown; this handler then
-    # stops the worker too, so nothing outlives `omnijobs dev`.
+    # stops the worker and maintenance too, so nothing outlives `omnijobs dev`.
     for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, stop_worker)
+        signal.signal(signum, stop_children)
     typer.echo(f"\nomnijobs is starting on http://{host}:{port}\nAPI key: {key}\n\n"
                "Try:\n"
                f"  curl -sS http://{host}:{port}/v1/audio/speech \\\n"
@@ -340,7 +350,7 @@ def dev(host: str = "127.0.0.1", port: int = 8000,
         uvicorn.run(build_api(settings), host=host, port=port, log_level="info",
                     log_config=None, access_log=False)
     finally:
-        stop_worker()
+        stop_children()
 
 
 def main() -> None:

@@ -77,6 +77,8 @@ class Job(Base):
         # The submit path's quota counts: active jobs per tenant, queued jobs per pipeline.
         Index("ix_jobs_tenant_status", "tenant_id", "status"),
         Index("ix_jobs_pipeline_status", "pipeline", "status"),
+        Index("ix_jobs_expires", "expires_at"),
+        Index("ix_jobs_completed", "completed_at"),
     )
 
     id: Mapped[str] = mapped_column(String(40), primary_key=True)
@@ -99,6 +101,11 @@ class Job(Base):
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime())
     started_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     completed_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    # The render message that may claim the job (older copies are no-ops), when the
+    # outputs expire (set at completion) and when maintenance deleted their objects.
+    dispatch_token: Mapped[str | None] = mapped_column(String(32))
+    expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    outputs_deleted_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
 
     outputs: Mapped[list[Output]] = relationship(
         back_populates="job", order_by="Output.index", lazy="selectin",
@@ -136,7 +143,8 @@ class OutboxMessage(Base):
     """
 
     __tablename__ = "outbox"
-    __table_args__ = (Index("ix_outbox_unpublished", "published_at", "available_at"),)
+    __table_args__ = (Index("ix_outbox_unpublished", "published_at", "available_at"),
+                      Index("ix_outbox_job_id", "job_id"))
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     topic: Mapped[str] = mapped_column(String(32))

@@ -47,6 +47,9 @@ class JobRecord:
     lease_expires_at: datetime | None
     idempotency_key: str | None = None
     outputs: tuple[OutputRecord, ...] = field(default_factory=tuple)
+    dispatch_token: str | None = None
+    expires_at: datetime | None = None  # when the outputs expire (set at completion)
+    outputs_deleted_at: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -73,6 +76,11 @@ class OutboxRecord:
     payload: dict[str, Any]
     available_at: datetime
 
+    @property
+    def token(self) -> str | None:
+        """The job's dispatch token this message carries (None on messages that predate
+        tokens)."""
+        return self.payload.get("token")
 
 # ---- webhooks ----------------------------------------------------------------------
 
@@ -149,6 +157,7 @@ class DeliveryLogRecord:
     next_attempt_at: datetime | None
     created_at: datetime
     attempts: tuple[AttemptRecord, ...]
+
 
 @dataclass(frozen=True)
 class KeyRecord:

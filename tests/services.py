@@ -22,6 +22,8 @@ ROOT = Path(__file__).resolve().parent.parent
 PG_ADMIN = os.environ.get("OMNIJOBS_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
 REDIS = os.environ.get("OMNIJOBS_TEST_REDIS", "redis://127.0.0.1:6379")
 S3_KEY, S3_SECRET = "omnijobs-test", "omnijobs-test-secret-key"
+# An identity that may read and write objects but not create buckets.
+S3_LIMITED_KEY, S3_LIMITED_SECRET = "omnijobs-limited", "omnijobs-limited-secret-key"
 
 
 def unavailable(what: str) -> None:
@@ -105,15 +107,36 @@ class SeaweedFS:
     endpoint: str
     proc: subprocess.Popen
     workdir: Path
+    cmd: list[str] = field(default_factory=list)
     access_key: str = S3_KEY
     secret_key: str = S3_SECRET
 
-    def stop(self) -> None:
+    def halt(self) -> None:
+        """Stop the server, keeping its data (``resume`` starts it again, same ports)."""
         self.proc.terminate()
         try:
             self.proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
             self.proc.kill()
+            self.proc.wait()
+
+    def resume(self) -> None:
+        with (self.workdir / "weed.log").open("ab") as log:
+            self.proc = subprocess.Popen(self.cmd, stdout=log, stderr=subprocess.STDOUT)
+        wait_until(self.ready, 60, "SeaweedFS S3 gateway")
+
+    def client(self, key: str = S3_KEY, secret: str = S3_SECRET):
+        import boto3
+
+        return boto3.client("s3", endpoint_url=self.endpoint, aws_access_key_id=key,
+                            aws_secret_access_key=secret, region_name="us-east-1")
+
+    def ready(self) -> bool:
+        self.client().list_buckets()
+        return True
+
+    def stop(self) -> None:
+        self.halt()
         shutil.rmtree(self.workdir, ignore_errors=True)
 
 
@@ -125,9 +148,12 @@ def start_seaweedfs(workdir: Path) -> SeaweedFS:
     # An identities file turns off anonymous access: expired or tampered presigned URLs
     # must be refused, or the expiry tests would prove nothing.
     config = workdir / "s3.json"
-    config.write_text(json.dumps({"identities": [{
-        "name": "omnijobs", "credentials": [{"accessKey": S3_KEY, "secretKey": S3_SECRET}],
-        "actions": ["Admin", "Read", "Write", "List", "Tagging"]}]}))
+    config.write_text(json.dumps({"identities": [
+        {"name": "omnijobs", "credentials": [{"accessKey": S3_KEY, "secretKey": S3_SECRET}],
+         "actions": ["Admin", "Read", "Write", "List", "Tagging"]},
+        {"name": "limited", "credentials": [{"accessKey": S3_LIMITED_KEY,
+                                             "secretKey": S3_LIMITED_SECRET}],
+         "actions": ["Read", "Write", "List"]}]}))
     ports: dict[str, int] = {}
     for name in ("master", "volume", "filer", "s3"):
         while (port := free_port_pair()) in ports.values():
@@ -141,18 +167,9 @@ def start_seaweedfs(workdir: Path) -> SeaweedFS:
     with (workdir / "weed.log").open("wb") as log:  # the child keeps its own descriptor
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
     endpoint = f"http://127.0.0.1:{ports['s3']}"
-    sw = SeaweedFS(endpoint=endpoint, proc=proc, workdir=workdir)
-
-    def ready() -> bool:
-        import boto3
-
-        s3 = boto3.client("s3", endpoint_url=endpoint, aws_access_key_id=S3_KEY,
-                          aws_secret_access_key=S3_SECRET, region_name="us-east-1")
-        s3.list_buckets()
-        return True
-
+    sw = SeaweedFS(endpoint=endpoint, proc=proc, workdir=workdir, cmd=cmd)
     try:
-        wait_until(ready, 60, "SeaweedFS S3 gateway")
+        wait_until(sw.ready, 60, "SeaweedFS S3 gateway")
     except TimeoutError as exc:
         tail = (workdir / "weed.log").read_text(errors="replace")[-3000:]
         sw.stop()

@@ -5,8 +5,9 @@ from __future__ import annotations
 from fastapi import APIRouter, Depends, Query
 from fastapi.responses import StreamingResponse
 
-from core.errors import Conflict, NotFound
+from core.errors import Conflict, NotFound, OutputExpired
 from core.jobs import JobKind, JobStatus
+from storage.views import outputs_expired
 
 from ..deps import Services, services, tenant_id
 from ..guard import GuardedRoute
@@ -43,6 +44,8 @@ def stream_output(svc: Services, job, index: int) -> StreamingResponse:
     out = next((o for o in job.outputs if o.index == index), None)
     if out is None:
         raise NotFound(f"job {job.id} has no output {index}", param="index")
+    if outputs_expired(job):
+        raise OutputExpired(f"the outputs of job {job.id} have expired and were deleted")
     return StreamingResponse(svc.store.stream(out.key), media_type=out.content_type,
                              headers={"Content-Length": str(out.bytes),
                                       "X-Content-SHA256": out.sha256})
