@@ -1,0 +1,93 @@
+"""Worker overhead: claim -> completed for a pipeline that returns its clip at once.
+
+Jobs for ``bench-clip`` (bench/pipelines.py: a fixed 2 s 16 kHz clip) are submitted one
+at a time, each after the previous one finished, so no job waits behind another. The
+job record's own timestamps give the figure: ``started_at`` is stamped by the claim's
+compare-and-set and ``completed_at`` by the completing one, both in microseconds, so
+``completed_at - started_at`` spans claim, generate (nothing), aggregate, validate, encode,
+verify, upload and the completing transaction up to its commit request. From it we
+subtract the median time to encode the same clip to WAV alone, in this process.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import httpx
+import psycopg
+
+from .report import Figure
+
+BODY = {"model": "bench-clip", "input": "a fixed clip", "response_format": "wav"}
+TARGET_MS = 15.0
+ENCODE_RUNS = 50
+
+
+def encode_alone_ms(runs: int = ENCODE_RUNS) -> list[float]:
+    from media.audio import Audio
+    from media.encode import encode_audio
+
+    from .pipelines import CLIP_RATE, fixed_clip
+
+    audio = Audio(samples=fixed_clip()[None, :], sample_rate=CLIP_RATE)
+    encode_audio(audio, "wav")  # warm
+    times = []
+    for _ in range(runs):
+        started = time.perf_counter()
+        encode_audio(audio, "wav")
+        times.append((time.perf_counter() - started) * 1000)
+    return times
+
+
+def _wait_terminal(conn: psycopg.Connection, job_id: str, timeout: float = 60) -> str:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        row = conn.execute("SELECT status FROM jobs WHERE id = %s", (job_id,)).fetchone()
+        if row and row[0] in ("completed", "failed", "cancelled"):
+            return row[0]
+        time.sleep(0.01)
+    raise TimeoutError(f"job {job_id} did not finish in {timeout}s")
+
+
+def run_jobs(base_url: str, key: str, database_url: str, jobs: int) -> list[float]:
+    """(completed_at - started_at) in ms for ``jobs`` sequential bench-clip jobs."""
+    headers = {"Authorization": f"Bearer {key}", "Prefer": "respond-async"}
+    spans = []
+    with httpx.Client(base_url=base_url, headers=headers, timeout=60) as client, \
+            psycopg.connect(database_url, autocommit=True) as conn:
+        for i in range(jobs + 1):  # the first one warms the worker up and is not counted
+            response = client.post("/v1/audio/speech", json=BODY)
+            if response.status_code != 202:
+                raise RuntimeError(f"submit answered {response.status_code}: "
+                                   f"{response.text[:300]}")
+            job_id = response.json()["id"]
+            status = _wait_terminal(conn, job_id)
+            if status != "completed":
+                raise RuntimeError(f"bench-clip job {job_id} ended {status}")
+            started, completed = conn.execute(
+                "SELECT started_at, completed_at FROM jobs WHERE id = %s", (job_id,)).fetchone()
+            if i:
+                spans.append((completed - started).total_seconds() * 1000)
+    return spans
+
+
+def measure(base_url: str, key: str, database_url: str, jobs: int) -> dict:
+    spans = run_jobs(base_url, key, database_url, jobs)
+    encode = encode_alone_ms()
+    p50, enc = statistics.median(spans), statistics.median(encode)
+    return {"jobs": jobs, "claim_to_completed_p50_ms": round(p50, 2),
+            "encode_alone_p50_ms": round(enc, 3), "overhead_ms": round(p50 - enc, 2),
+            "claim_to_completed_ms": [round(s, 2) for s in spans]}
+
+
+def figure(data: dict) -> Figure:
+    p50, enc, overhead = (data["claim_to_completed_p50_ms"], data["encode_alone_p50_ms"],
+                          data["overhead_ms"])
+    return Figure(key="worker_overhead",
+                  name="worker: claim → completed, fixed 2 s 16 kHz clip (wav), p50",
+                  target=f"≤ {TARGET_MS:.0f} ms beyond the WAV encode",
+                  measured=f"{p50:.1f} ms (WAV encode alone: {enc:.2f} ms; "
+                           f"overhead {overhead:.1f} ms)",
+                  ratio=f"{p50 / enc:.0f}x" if enc else "-", met=overhead <= TARGET_MS,
+                  data=data)
