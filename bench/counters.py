@@ -3,7 +3,8 @@
 PostgreSQL's ``pg_stat_database`` (transactions committed and rolled back, sessions
 opened) for the run's own database, and Redis's ``INFO commandstats`` for the run's own
 ``redis-server``, read before and after a load run: the difference divided by the 202s is
-the cost per accepted submit. Read-only sessions end in a rollback, so both count.
+the cost per accepted submit. Read-only sessions end in a rollback, so both count. With
+a process id, the CPU time that process spent (user + system, from /proc) too.
 
 PostgreSQL 15 flushes an idle backend's statistics up to 10 s late (PGSTAT_IDLE_INTERVAL),
 so each read waits SETTLE_S first; with less the counts are approximate.
@@ -11,7 +12,9 @@ so each read waits SETTLE_S first; with less the counts are approximate.
 
 from __future__ import annotations
 
+import os
 import time
+from pathlib import Path
 
 import psycopg
 import redis
@@ -36,23 +39,35 @@ def _redis(redis_url: str) -> dict[str, int]:
             if name not in ("cmdstat_info",)}
 
 
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of a process, from /proc/<pid>/stat."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 class Counters:
     """``with Counters(pg, redis) as c: ...; c.per(accepted)``"""
 
-    def __init__(self, database_url: str, redis_url: str, settle_s: float = SETTLE_S) -> None:
+    def __init__(self, database_url: str, redis_url: str, settle_s: float = SETTLE_S,
+                 pid: int | None = None) -> None:
         self.database_url, self.redis_url, self.settle_s = database_url, redis_url, settle_s
-        self.delta: dict[str, int] = {}
+        self.pid = pid
+        self.delta: dict[str, float] = {}
 
     def __enter__(self) -> Counters:
         time.sleep(self.settle_s)
         self._before = {**_pg(self.database_url), **_redis(self.redis_url)}
+        self._cpu = cpu_seconds(self.pid) if self.pid else 0.0
         return self
 
     def __exit__(self, *exc) -> None:
+        cpu = cpu_seconds(self.pid) - self._cpu if self.pid else 0.0
         time.sleep(self.settle_s)
         after = {**_pg(self.database_url), **_redis(self.redis_url)}
         self.delta = {k: v - self._before.get(k, 0) for k, v in after.items()
                       if v - self._before.get(k, 0)}
+        if self.pid:
+            self.delta["server_cpu_ms"] = cpu * 1000
 
     def per(self, accepted: int) -> dict[str, float]:
         """Each counter per accepted submit (transactions, sessions, Redis commands)."""

@@ -30,6 +30,7 @@ from .load import LoadResult, seconds
 from .report import Figure, write
 from .services import (
     ROOT,
+    Process,
     Redis,
     Tree,
     Unsupported,
@@ -61,6 +62,8 @@ class Side:
     redis_url: str
     home: Path
     base_url: str = ""
+    pid: int | None = None
+    api: Process | None = None
     figures: list[Figure] = field(default_factory=list)
 
 
@@ -85,26 +88,35 @@ def measure_render(side: Side, args: argparse.Namespace) -> None:
         worker.stop()
 
 
-def measure_submit(sides: list[Side], bare_url: str, args: argparse.Namespace,
-                   bare_db: tuple[str, str]) -> LoadResult:
+@dataclass
+class Bare:
+    base_url: str
+    pid: int
+    database_url: str
+    redis_url: str
+
+
+def measure_submit(sides: list[Side], bare: Bare, args: argparse.Namespace) -> LoadResult:
     """Every side at N connections with the bare endpoint right after the first, then
     every side at one connection."""
-    bare = None
+    baseline = None
     results = {}
     for side in sides:
         results[id(side)] = submit.load(side.base_url, side.key, connections=args.connections,
                                         duration=args.duration, database_url=side.database_url,
-                                        redis_url=side.redis_url, settle_s=args.settle)
-        if bare is None:
-            bare = submit.load(bare_url, None, connections=args.connections,
-                               duration=args.duration, database_url=bare_db[0],
-                               redis_url=bare_db[1], settle_s=args.settle)
+                                        redis_url=side.redis_url, settle_s=args.settle,
+                                        pid=side.pid)
+        if baseline is None:
+            baseline = submit.load(bare.base_url, None, connections=args.connections,
+                                   duration=args.duration, database_url=bare.database_url,
+                                   redis_url=bare.redis_url, settle_s=args.settle,
+                                   pid=bare.pid)
     for side in sides:
         single = submit.load(side.base_url, side.key, connections=1, duration=args.duration)
-        side.figures[:0] = [submit.bare_figure(bare),
-                            submit.submit_figure(results[id(side)], bare),
+        side.figures[:0] = [submit.bare_figure(baseline),
+                            submit.submit_figure(results[id(side)], baseline),
                             submit.single_figure(single)]
-    return bare
+    return baseline
 
 
 def measure_api_workers(sides: list[Side], bare: LoadResult, args: argparse.Namespace) -> None:
@@ -130,30 +142,41 @@ def add_pending(side: Side) -> None:
                      pending.streaming_first_byte(side.base_url, side.key)]
 
 
+def start_sides(stack: ExitStack, args: argparse.Namespace, work: Path) -> list[Side]:
+    """Shared Redis and SeaweedFS; per tree a database, a Redis database and an API."""
+    redis = start_redis(stack, work)
+    sw = seaweedfs(stack, work)
+    trees = [Tree(label=f"this tree, {git_commit(ROOT)}", path=ROOT)]
+    if args.ref:
+        (work / "checkout").mkdir()
+        trees.insert(0, stack.enter_context(checkout(args.ref, work / "checkout")))
+    sides = [make_side(stack, tree, i, redis, sw, work) for i, tree in enumerate(trees)]
+    for side in sides:
+        process, side.base_url = start_api(side.tree, side.env, side.home)
+        side.pid = process.proc.pid
+        side.api = process
+        stack.callback(process.stop)
+    return sides
+
+
+def start_baseline(stack: ExitStack, side: Side, work: Path) -> Bare:
+    """The bare endpoint, on this tree's database and a Redis database of its own."""
+    redis_url = side.redis_url.rsplit("/", 1)[0] + f"/{BARE_REDIS_DB}"
+    process, base = start_bare(side.database_url, redis_url, work, stack)
+    return Bare(base, process.proc.pid, side.database_url, redis_url)
+
+
 def run_local(args: argparse.Namespace) -> dict[str, list[Figure]]:
     with ExitStack() as stack:
         work = workdir(stack)
-        redis = start_redis(stack, work)
-        sw = seaweedfs(stack, work)
-        trees = [Tree(label=f"this tree, {git_commit(ROOT)}", path=ROOT)]
-        if args.ref:
-            (work / "checkout").mkdir()
-            trees.insert(0, stack.enter_context(checkout(args.ref, work / "checkout")))
-        sides = [make_side(stack, tree, i, redis, sw, work) for i, tree in enumerate(trees)]
-        current = sides[-1]
-        bare_db = (current.database_url, redis.db(BARE_REDIS_DB))
-        bare_url = start_bare(*bare_db, work, stack)
-        apis = []
-        for side in sides:
-            process, side.base_url = start_api(side.tree, side.env, side.home)
-            stack.callback(process.stop)
-            apis.append(process)
+        sides = start_sides(stack, args, work)
+        bare = start_baseline(stack, sides[-1], work)
         for side in sides:
             measure_render(side, args)
-        bare = measure_submit(sides, bare_url, args, bare_db)
-        for process in apis:  # out of the way of the --workers runs
-            process.stop()
-        measure_api_workers(sides, bare, args)
+        baseline = measure_submit(sides, bare, args)
+        for side in sides:  # out of the way of the --workers runs
+            side.api.stop()
+        measure_api_workers(sides, baseline, args)
         for side in sides:
             add_pending(side)
         return {side.tree.label: side.figures for side in sides}

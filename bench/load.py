@@ -50,6 +50,9 @@ class LoadResult:
     def summary(self) -> str:
         text = (f"{self.accepted_per_s:,.0f} accepted/s, p50 {self.p50_ms:.1f} ms, "
                 f"p99 {self.p99_ms:.1f} ms")
+        cpu = self.counters.get("server_cpu_ms")
+        if cpu:
+            text += f", {cpu:.1f} ms server CPU each"
         other = sum(n for code, n in self.statuses.items() if code != "202")
         return text + (f" ({other} answers not 202)" if other else "")
 

@@ -233,7 +233,7 @@ def start_worker(tree: Tree, env: dict[str, str], logdir: Path) -> Process:
     return process
 
 
-def start_bare(pg: str, redis: str, logdir: Path, stack: ExitStack) -> str:
+def start_bare(pg: str, redis: str, logdir: Path, stack: ExitStack) -> tuple[Process, str]:
     """The bare baseline (bench/bare_api.py) in its own uvicorn process."""
     port = free_port()
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -245,7 +245,7 @@ def start_bare(pg: str, redis: str, logdir: Path, stack: ExitStack) -> str:
         wait_ready(process, http_ok(f"{base}/healthz"), 60)
     except ProcessExited as exc:
         raise RuntimeError(str(exc)) from exc
-    return base
+    return process, base
 
 
 def workdir(stack: ExitStack) -> Path:

@@ -17,13 +17,14 @@ PATH = "/v1/audio/speech"
 
 def load(base_url: str, key: str | None, *, connections: int, duration: str,
          database_url: str | None = None, redis_url: str | None = None,
-         settle_s: float = SETTLE_S) -> LoadResult:
-    """Warm up, then load; with database and Redis URLs, count what each submit costs."""
+         settle_s: float = SETTLE_S, pid: int | None = None) -> LoadResult:
+    """Warm up, then load; with database and Redis URLs (and the server's process id),
+    count what each submit costs."""
     url = base_url + PATH
     warm_up(url, key, connections)
     if database_url is None or redis_url is None:
         return hey(url, key, connections=connections, duration=duration)
-    with Counters(database_url, redis_url, settle_s) as counted:
+    with Counters(database_url, redis_url, settle_s, pid) as counted:
         result = hey(url, key, connections=connections, duration=duration)
     result.counters = counted.per(result.accepted)
     return result
