@@ -83,7 +83,7 @@ def measure_render(side: Side, args: argparse.Namespace) -> None:
         side.figures.append(sync_speech.figure(
             sync_speech.measure(side.base_url, side.key, args.sync_requests)))
         side.figures.append(worker_overhead.figure(worker_overhead.measure(
-            side.base_url, side.key, side.database_url, args.worker_jobs)))
+            side.base_url, side.key, side.database_url, args.worker_jobs, side.env)))
     finally:
         worker.stop()
 

@@ -67,8 +67,9 @@ def parse_hey_csv(text: str, connections: int) -> LoadResult:
     span = max((float(r["offset"]) + float(r["response-time"]) for r in rows), default=0.0)
     return LoadResult(connections=connections, duration_s=round(span, 3),
                       accepted=len(accepted),
-                      accepted_per_s=len(accepted) / span if span > 0 else 0.0,
-                      p50_ms=percentile_ms(accepted, 50), p99_ms=percentile_ms(accepted, 99),
+                      accepted_per_s=round(len(accepted) / span, 1) if span > 0 else 0.0,
+                      p50_ms=round(percentile_ms(accepted, 50), 2),
+                      p99_ms=round(percentile_ms(accepted, 99), 2),
                       statuses=dict(sorted(statuses.items())))
 
 

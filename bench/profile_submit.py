@@ -1,13 +1,18 @@
 """Profile the omnijobs API under the submit load: where does a submit's time go?
 
-    python -m bench.profile_submit [--duration 20s] [--connections 64] [--gil]
+    python -m bench.profile_submit [--duration 20s] [--connections 64]
 
-Starts the same services as bench.fastpaths (no worker), warms the API up, then runs
-``hey`` against ``POST /v1/audio/speech`` (``Prefer: respond-async``) while
-``py-spy record --nonblocking`` samples the API process. Writes the collapsed stacks
-(open them in speedscope.app or feed them to flamegraph.pl / inferno) and a summary to
-``bench/results/``, and prints the summary: samples per part of the submit path, the
-hottest functions, and the server counters per accepted submit. py-spy needs ptrace
+Starts the same services as bench.fastpaths (no worker) and loads the API with ``hey``
+(``POST /v1/audio/speech``, ``Prefer: respond-async``) twice while ``py-spy record
+--nonblocking`` samples it: once with ``--gil`` (the CPU view: only the thread holding the
+GIL) and once with ``--idle`` (every thread, busy or waiting: where requests wait).
+Each sample is attributed to parts of the submit path and, in the second pass, to what
+the thread was doing (waiting for a pooled connection, on PostgreSQL, on Redis, ...);
+the totals are printed as milliseconds of thread time per accepted submit, beside the
+server counters (transactions, sessions, Redis commands, API CPU per submit).
+
+Writes the collapsed stacks (open them in speedscope.app, or render them with
+flamegraph.pl / inferno) and the summary to ``bench/results/``. py-spy needs ptrace
 rights over the API process (root, or CAP_SYS_PTRACE in a container).
 """
 

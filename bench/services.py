@@ -55,9 +55,12 @@ class Tree:
 
 
 def git_commit(path: Path) -> str:
+    """The short commit id, with ``+changes`` when tracked files differ from it."""
     out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=path,
                          capture_output=True, text=True)
-    return out.stdout.strip() or "unknown"
+    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=path,
+                           capture_output=True, text=True).stdout.strip()
+    return (out.stdout.strip() or "unknown") + ("+changes" if dirty else "")
 
 
 @contextmanager

@@ -79,6 +79,7 @@ def test_render_figures_have_both_sides(run):
     worker = figures["worker_overhead"]["data"]
     assert len(worker["claim_to_completed_ms"]) == 3
     assert worker["claim_to_completed_p50_ms"] > 0 and worker["encode_alone_p50_ms"] > 0
+    assert worker["finalize_alone_p50_ms"] > 0
 
 
 def test_pending_figures_say_what_they_wait_for(run):
