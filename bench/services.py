@@ -72,16 +72,15 @@ def checkout(ref: str, workdir: Path) -> Iterator[Tree]:
     path = workdir / "ref"
     subprocess.run(["git", "worktree", "add", "--detach", "--quiet", str(path), ref],
                    cwd=ROOT, check=True)
-    shim = workdir / "shim"
-    shim.mkdir()
-    shutil.copy(ROOT / "bench" / "pipelines.py", shim / f"{SHIM_MODULE}.py")
     try:
+        shim = workdir / "shim"
+        shim.mkdir()
+        shutil.copy(ROOT / "bench" / "pipelines.py", shim / f"{SHIM_MODULE}.py")
         yield Tree(label=f"{ref} ({git_commit(path)})", path=path,
                    pipeline_module=SHIM_MODULE, extra_path=shim)
     finally:
         subprocess.run(["git", "worktree", "remove", "--force", str(path)], cwd=ROOT,
                        capture_output=True)
-        subprocess.run(["git", "worktree", "prune"], cwd=ROOT, capture_output=True)
 
 
 @dataclass
