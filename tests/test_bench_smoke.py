@@ -79,7 +79,8 @@ def test_render_figures_have_both_sides(run):
     worker = figures["worker_overhead"]["data"]
     assert len(worker["claim_to_completed_ms"]) == 3
     assert worker["claim_to_completed_p50_ms"] > 0 and worker["encode_alone_p50_ms"] > 0
-    assert worker["finalize_alone_p50_ms"] > 0
+    for part in ("finalize_alone_p50_ms", "probe_p50_ms", "upload_p50_ms"):
+        assert worker[part] > 0, part
 
 
 def test_pending_figures_say_what_they_wait_for(run):
