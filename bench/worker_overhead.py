@@ -2,16 +2,18 @@
 
 Jobs for ``bench-clip`` (bench/pipelines.py: a fixed 2 s 16 kHz clip) are submitted one
 at a time, each after the previous one finished, so no job waits behind another. The
-job record's own timestamps give the figure: ``started_at`` is stamped by the claim's
-compare-and-set and ``completed_at`` by the completing one, both in microseconds, so
-``completed_at - started_at`` spans claim, generate (nothing), aggregate, validate, encode,
-verify, upload and the completing transaction up to its commit request. From it we
-subtract the median time to encode the same clip to WAV alone, in this process.
+job record's own timestamps give the figure, in microseconds: ``started_at`` is taken
+just before the claim's compare-and-set and ``completed_at`` just before the completing
+one, so ``completed_at - started_at`` spans the claim transaction, the lease thread's
+start, generate (nothing) and aggregate, the hand-off to the finalize thread, the two
+heartbeats finalize makes (before it starts and before the upload), validate, encode,
+re-probe, verify and upload; not the completing transaction itself. From it we subtract
+the median time to encode the same clip to WAV alone, in this process.
 
 For the breakdown, this process also times the worker's own finalize step on the same
 clip (validate, encode, re-probe, verify, upload to the same SeaweedFS) and its two
 largest parts: what is left of claim -> completed beyond finalize is the bookkeeping
-(claim, lease, hand-off to the finalize thread, completing transaction).
+(claim, lease, hand-off, heartbeats).
 """
 
 from __future__ import annotations
