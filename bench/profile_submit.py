@@ -74,6 +74,9 @@ STATES: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
     ("waiting on PostgreSQL", ("(psycopg",), ("wait", "_exec_command", "_execute_send")),
     ("waiting on Redis", ("(redis",), ("_read_from_socket", "send_packed_command")),
     ("event loop (uvloop: I/O in C, or idle)", ("Runner.run (asyncio",), ("Runner.run",)),
+    # the dispatcher's mutex is acquired in C, so the waiting frame is publish itself
+    ("waiting for the event dispatcher's mutex (task-sent)",
+     ("EventDispatcher.publish (celery",), ("EventDispatcher.publish",)),
     ("running Python", ("",), ("",)),
 )
 
