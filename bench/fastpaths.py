@@ -186,7 +186,7 @@ def run_compose(args: argparse.Namespace) -> dict[str, list[Figure]]:
     base = args.compose.rstrip("/")
     result = submit.load(base, args.key, connections=args.connections, duration=args.duration)
     single = submit.load(base, args.key, connections=1, duration=args.duration)
-    return {f"compose, {base}": [submit.submit_figure(result, None),
+    return {f"compose, {base}": [submit.submit_figure(result, None, "the deployment"),
                                  submit.single_figure(single)]}
 
 

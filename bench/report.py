@@ -65,7 +65,8 @@ def write(path: Path, meta: dict, sides: dict[str, list[Figure]]) -> tuple[Path,
     """``path``.md (the table) and ``path``.json (every number behind it)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     md, js = path.with_suffix(".md"), path.with_suffix(".json")
-    md.write_text(table(sides) + "\n\n" + costs(sides) + "\n")
+    extra = costs(sides)
+    md.write_text(table(sides) + "\n" + (f"\n{extra}\n" if extra else ""))
     js.write_text(json.dumps({**meta, "sides": {label: [asdict(f) for f in figures]
                                                  for label, figures in sides.items()}},
                              indent=2, default=str) + "\n")

@@ -47,11 +47,12 @@ def bare_figure(bare: LoadResult) -> Figure:
                   data=bare.as_dict())
 
 
-def submit_figure(result: LoadResult, bare: LoadResult | None) -> Figure:
+def submit_figure(result: LoadResult, bare: LoadResult | None,
+                  where: str = "one API process") -> Figure:
     ratio, met, ratios = _against(result, bare)
     return Figure(key="submit",
                   name=f"submit (`Prefer: respond-async`), {result.connections} connections, "
-                       "one API process",
+                       f"{where}",
                   target=SUBMIT_TARGET, measured=result.summary(), ratio=ratio, met=met,
                   data={**result.as_dict(), **ratios})
 
