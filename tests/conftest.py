@@ -68,7 +68,9 @@ def stack_env(pg: str, redis: str, sw, home: Path, **extra: str) -> dict[str, st
         "OMNIJOBS_BROKER_URL": redis,
         "OMNIJOBS_OBJECT_STORE": "s3",
         "OMNIJOBS_S3_ENDPOINT_URL": sw.endpoint,
-        "OMNIJOBS_S3_BUCKET": "omnijobs-test",
+        # A bucket per stack: a stack's orphan sweep deletes whatever its database does
+        # not know, so stacks must never share one.
+        "OMNIJOBS_S3_BUCKET": "omnijobs-" + pg.rsplit("/", 1)[1].replace("_", "-")[-26:],
         "OMNIJOBS_S3_ACCESS_KEY_ID": sw.access_key,
         "OMNIJOBS_S3_SECRET_ACCESS_KEY": sw.secret_key,
         "OMNIJOBS_SIGNING_SECRET": "integration-test-signing-secret",

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import shutil
 import socket
 import subprocess
@@ -88,11 +89,17 @@ def drop_database(url: str) -> None:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
+_FREE_REDIS_DBS = random.sample(range(1, 16), 15)
+
+
 def redis_url() -> str:
+    """A Redis database of its own (never one another stack of this run uses): two stacks
+    on one database would consume each other's render and webhook messages."""
     import redis
 
-    db = 1 + uuid.uuid4().int % 15
-    url = f"{REDIS}/{db}"
+    if not _FREE_REDIS_DBS:
+        raise RuntimeError("all 15 Redis test databases are taken by this test run")
+    url = f"{REDIS}/{_FREE_REDIS_DBS.pop()}"
     try:
         client = redis.Redis.from_url(url, socket_connect_timeout=2)
         client.ping()
