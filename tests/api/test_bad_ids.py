@@ -37,13 +37,14 @@ def test_deeply_nested_metadata_text_is_400(client):
 
 
 @pytest.mark.parametrize("path", ["/v1/jobs/%00", "/v1/jobs/job_%00", "/v1/videos/%00",
-                                  "/v1/jobs/%00/content", "/v1/videos/%00/content"])
+                                  "/v1/jobs/%00/content", "/v1/videos/%00/content",
+                                  "/v1/webhook_endpoints/we_%00"])
 def test_id_with_nul_is_404(client, path):
     assert_openai_error(client.get(path), 404, "not_found")
 
 
 def test_nul_cursor_is_400(client):
-    for path in ("/v1/jobs", "/v1/videos"):
+    for path in ("/v1/jobs", "/v1/videos", "/v1/webhook_endpoints"):
         resp = client.get(path, params={"after": "\x00"})
         assert assert_openai_error(resp, 400, "invalid_cursor")["param"] == "after"
 
@@ -126,6 +127,12 @@ def test_concurrent_deletes_and_cancels_never_500(api, client):
 
 
 # ---- pagination cursors -----------------------------------------------------------------
+
+def test_unknown_endpoint_cursor_is_400_not_page_one(client):
+    resp = client.get("/v1/webhook_endpoints", params={"after": "we_" + "0" * 32})
+    assert_openai_error(resp, 400, "invalid_cursor")
+    assert_openai_error(client.delete("/v1/webhook_endpoints/we_%00"), 404, "not_found")
+
 
 def test_unknown_cursor_is_400_not_page_one(client):
     _queued_video(client)
