@@ -14,6 +14,8 @@ COPY pipelines ./pipelines
 RUN pip install .
 RUN useradd --create-home omnijobs
 USER omnijobs
-ENV OMNIJOBS_HOME=/home/omnijobs/.omnijobs
+# Production by default: the image refuses to start with placeholder secrets or without
+# its database and broker URLs rather than serve the embedded mode on 0.0.0.0.
+ENV OMNIJOBS_HOME=/home/omnijobs/.omnijobs OMNIJOBS_MODE=production
 EXPOSE 8000
 CMD ["omnijobs", "api", "--host", "0.0.0.0", "--port", "8000"]

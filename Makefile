@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet -e '.[dev,bench]'
 	# vLLM-Omni's own Audex prompt builder, for the GPU pipelines' CPU tests; without
 	# torch or vllm (those come with the [gpu] extra on GPU hosts).
 	$(BIN)/pip install --quiet --no-deps 'vllm-omni==0.30.0'

@@ -4,8 +4,10 @@ API never imports the Celery tasks (and never torch or vllm)."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import asynccontextmanager
 from importlib.metadata import version
 
+import anyio.to_thread
 from fastapi import FastAPI
 
 from core.settings import Settings
@@ -20,30 +22,71 @@ from storage.repositories import (
     OutboxRepository,
     WebhookRepository,
 )
+from storage.repositories.quotas import INTERACTIVE, Quota, Quotas
 
+from .auth import Authenticator
 from .deps import Publisher, Services, WebhookTester
 from .errors import install_error_handlers
+from .guard import AccessLog
+from .ratelimit import make_rate_limiter
 from .routes import batches, files, health, jobs, models, objects, speech, videos, webhooks
+from .schemas import ERROR_RESPONSES
 
 
 def create_app(settings: Settings, publish: Publisher,
                broker_check: Callable[[], None] | None = None,
                webhook_tester: WebhookTester | None = None) -> FastAPI:
     import_pipeline_modules(settings.pipeline_modules)
-    engine = make_engine(settings.db_url)
+    # Every worker thread may hold one connection: with as many in the pool, a request
+    # never waits for one (and a pool that is still exhausted is a 503, not a hang).
+    engine = make_engine(settings.db_url, pool_size=settings.api_threads, max_overflow=0,
+                         pool_timeout=settings.db_pool_timeout_s)
     sessions = make_sessionmaker(engine)
     store = make_store(settings)
+    quotas = Quotas({INTERACTIVE: Quota(settings.tenant_max_active,
+                                        settings.pipeline_max_queued)})
+    keys = KeyRepository(sessions)
 
     checks = {"database": lambda: ping(engine), "storage": store.check}
     if broker_check is not None:
         checks["broker"] = broker_check
-    app = FastAPI(title="omnijobs", version=version("omnijobs"))
+
+    @asynccontextmanager
+    async def lifespan(_app: FastAPI):
+        anyio.to_thread.current_default_thread_limiter().total_tokens = settings.api_threads
+        yield
+
+    app = FastAPI(title="omnijobs", version=version("omnijobs"), lifespan=lifespan)
+    app.state.engine = engine
     app.state.services = Services(
-        settings=settings, jobs=JobRepository(sessions), keys=KeyRepository(sessions),
+        settings=settings, jobs=JobRepository(sessions, quotas), keys=keys,
         outbox=OutboxRepository(sessions), store=store, publish=publish, ready_checks=checks,
+        auth=Authenticator(keys, settings.auth_cache_ttl_s),
+        limiter=make_rate_limiter(settings),
         webhooks=WebhookRepository(sessions), webhook_tester=webhook_tester,
         files=FileRepository(sessions), batches=BatchRepository(sessions))
     install_error_handlers(app)
-    for module in (speech, videos, jobs, models, objects, files, batches, health, webhooks):
-        app.include_router(module.router)
+    for module in (speech, videos, jobs, models, objects, files, batches, webhooks):
+        app.include_router(module.router, responses=ERROR_RESPONSES)
+    app.include_router(health.router)
+    if settings.metrics_public:
+        app.include_router(health.metrics_router)
+    app.add_middleware(AccessLog)
+    app.openapi = _openapi_without_422(app)
     return app
+
+
+def _openapi_without_422(app: FastAPI) -> Callable[[], dict]:
+    """Invalid requests are 400s in OpenAI's shape here, never FastAPI's 422."""
+    build = app.openapi
+
+    def openapi() -> dict:
+        if app.openapi_schema is None:
+            schema = build()
+            for path in schema.get("paths", {}).values():
+                for operation in path.values():
+                    operation.get("responses", {}).pop("422", None)
+            for name in ("HTTPValidationError", "ValidationError"):
+                schema.get("components", {}).get("schemas", {}).pop(name, None)
+        return app.openapi_schema
+    return openapi

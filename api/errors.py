@@ -9,13 +9,35 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from core.errors import OmniJobsError, clip
+from core.errors import OmniJobsError, ServiceUnavailable, clip
+from storage.db import UNAVAILABLE_ERRORS
 
 log = logging.getLogger(__name__)
+
+HTTP_CODES = {404: "not_found", 405: "method_not_allowed", 413: "request_too_large"}
 
 
 def error_body(message: str, type_: str, code: str | None, param: str | None = None) -> dict:
     return {"error": {"message": message, "type": type_, "param": param, "code": code}}
+
+
+def error_response(exc: OmniJobsError) -> JSONResponse:
+    headers = {"x-should-retry": "true" if exc.retryable else "false"}
+    if exc.retry_after_s is not None:
+        headers["Retry-After"] = str(exc.retry_after_s)
+    return JSONResponse(error_body(exc.message, exc.error_type, exc.code, exc.param),
+                        status_code=exc.http_status, headers=headers)
+
+
+def as_service_error(exc: Exception) -> OmniJobsError | None:
+    """Our own errors as they are; the database being down or saturated (on any route,
+    the auth lookup included) as a 503 with Retry-After; anything else is None."""
+    if isinstance(exc, OmniJobsError):
+        return exc
+    if isinstance(exc, UNAVAILABLE_ERRORS):
+        log.warning("database unavailable: %s", type(exc).__name__)
+        return ServiceUnavailable("the database is unavailable; try again shortly")
+    return None
 
 
 def _validation_message(exc: RequestValidationError) -> tuple[str, str | None]:
@@ -26,7 +48,9 @@ def _validation_message(exc: RequestValidationError) -> tuple[str, str | None]:
     if err.get("type") == "json_invalid":
         return "request body is not valid JSON", None
     if err.get("type") == "missing":
-        return f"missing required parameter '{clip(param)}'", clip(param) if param else None
+        if param is None:
+            return "a JSON request body is required", None
+        return f"missing required parameter '{clip(param)}'", clip(param)
     if "input" in err and err.get("type") not in ("string_too_long",):
         msg = f"{msg} (got {clip(err['input'])})"
     return (f"invalid '{clip(param)}': {msg}" if param else msg), clip(param) if param else None
@@ -35,9 +59,12 @@ def _validation_message(exc: RequestValidationError) -> tuple[str, str | None]:
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(OmniJobsError)
     async def _omni(_req: Request, exc: OmniJobsError) -> JSONResponse:
-        headers = {"x-should-retry": "true" if exc.retryable else "false"}
-        return JSONResponse(error_body(exc.message, exc.error_type, exc.code, exc.param),
-                            status_code=exc.http_status, headers=headers)
+        return error_response(exc)
+
+    for unavailable in UNAVAILABLE_ERRORS:
+        @app.exception_handler(unavailable)
+        async def _unavailable(_req: Request, exc: Exception) -> JSONResponse:
+            return error_response(as_service_error(exc))
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_req: Request, exc: RequestValidationError) -> JSONResponse:
@@ -47,7 +74,7 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_req: Request, exc: StarletteHTTPException) -> JSONResponse:
-        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
+        code = HTTP_CODES.get(exc.status_code, "http_error")
         return JSONResponse(error_body(str(exc.detail), "invalid_request_error", code),
                             status_code=exc.status_code, headers=exc.headers)
 

@@ -57,6 +57,27 @@ class SpeechCreate(BaseModel):
     _metadata = field_validator("metadata")(check_metadata)
 
 
+class ErrorDetail(BaseModel):
+    message: str
+    type: str
+    param: str | None
+    code: str | None
+
+
+class ErrorResponse(BaseModel):
+    """OpenAI's error shape: every 4xx and 5xx answer has it."""
+
+    error: ErrorDetail
+
+
+ERROR_RESPONSES: dict[int | str, dict] = {
+    status: {"model": ErrorResponse, "description": text} for status, text in (
+        (400, "Invalid request"), (401, "Missing or invalid API key"),
+        (404, "Not found, or another tenant's"), (413, "Request body too large"),
+        (429, "Quota or rate limit reached (see Retry-After)"),
+        (503, "A dependency is unavailable (see Retry-After)"))}
+
+
 class ListPage(BaseModel, Generic[Item]):
     """OpenAI's cursor-paginated list envelope."""
 
@@ -127,9 +148,30 @@ class VideoCreate(BaseModel):
 
             try:
                 return json.loads(value)
-            except ValueError:
+            except (ValueError, RecursionError):  # deep nesting is not a server error
                 raise ValueError("metadata must be a JSON object") from None
         return value
+
+
+def video_form_schema() -> dict:
+    """``VideoCreate`` as the multipart form the OpenAI SDK sends: ``metadata`` is JSON
+    text there, and a file part (``input_reference``) is refused with a 400."""
+    schema = VideoCreate.model_json_schema()
+    props = dict(schema["properties"])
+    props["metadata"] = {"type": "string", "description": "A JSON object of strings"}
+    props["input_reference"] = {"type": "string", "format": "binary",
+                                "description": "Not supported: a file part is a 400"}
+    return {**schema, "title": "VideoCreateForm", "properties": props}
+
+
+def video_request_body() -> dict:
+    """The OpenAPI request body of ``POST /v1/videos`` (read by the route itself)."""
+    form = video_form_schema()
+    fields = {k: v for k, v in form["properties"].items() if k != "input_reference"}
+    return {"requestBody": {"required": True, "content": {
+        "application/json": {"schema": VideoCreate.model_json_schema()},
+        "multipart/form-data": {"schema": form},
+        "application/x-www-form-urlencoded": {"schema": {**form, "properties": fields}}}}}
 
 
 VideoList = ListPage[VideoPublic]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import re
 import time
 from collections.abc import Callable
@@ -13,8 +14,8 @@ from typing import Any, Literal
 from fastapi import Query
 from fastapi.concurrency import run_in_threadpool
 
-from core.errors import Conflict, InvalidRequest, NotFound, ServiceUnavailable, clip
-from core.jobs import JobKind
+from core.errors import Conflict, InvalidRequest, NotFound, TooManyRequests, clip
+from core.jobs import JobKind, is_job_id
 from pipelines import PipelineSpec
 from storage.records import JobRecord, JobWebhookRequest, NewJob
 from storage.views import JobPublic, job_view
@@ -32,19 +33,18 @@ _WAIT = re.compile(r"(?:^|[,;\s])wait\s*=\s*(\d+(?:\.\d+)?)", re.I)
 def submit(svc: Services, *, tenant: str, spec: PipelineSpec, model: str, request: dict,
            metadata: dict | None, idempotency_key: str | None,
            webhook: JobWebhookRequest | None = None) -> JobRecord:
-    """Insert the job with its outbox message, then try to publish right away."""
+    """Admit, insert the job with its outbox message, then try to publish right away."""
     if idempotency_key is not None and not 1 <= len(idempotency_key) <= 255:
         raise InvalidRequest("Idempotency-Key must be 1 to 255 characters",
                              param="Idempotency-Key")
+    throttle(svc, tenant)
     new = NewJob(tenant_id=tenant, kind=spec.kind, model=model, pipeline=spec.name,
                  queue=spec.queue, request=request, metadata=metadata,
                  max_attempts=svc.settings.max_attempts, idempotency_key=idempotency_key,
                  webhook=webhook)
-    try:
-        job, msg = svc.jobs.create(new)
-    except Exception as exc:
-        raise ServiceUnavailable("database unavailable; job not accepted") from exc
-    if msg is None and (job.kind, job.pipeline, job.request) != (spec.kind, spec.name, request):
+    job, msg = svc.jobs.create(new)  # a database outage is a 503 (api/errors.py)
+    if msg is None and (job.kind, job.pipeline, job.model, job.request, job.metadata) != (
+            spec.kind, spec.name, model, request, metadata):
         raise Conflict("Idempotency-Key was already used for a different request",
                        param="Idempotency-Key", code="idempotency_key_reused")
     if msg is not None:
@@ -57,6 +57,14 @@ def submit(svc: Services, *, tenant: str, spec: PipelineSpec, model: str, reques
             log.warning("publish failed for %s; left to the outbox relay", job.id,
                         extra={"job_id": job.id})
     return job
+
+
+def throttle(svc: Services, tenant: str) -> None:
+    """The tenant's submit rate limit (token bucket)."""
+    wait = svc.limiter.wait_s(tenant)
+    if wait > 0:
+        raise TooManyRequests("too many submits per second for this tenant; slow down",
+                              code="rate_limit_exceeded", retry_after_s=math.ceil(wait))
 
 
 def parse_prefer(header: str | None, default_s: float, max_s: float) -> float | None:
@@ -79,10 +87,24 @@ async def wait_for(svc: Services, job: JobRecord, timeout_s: float) -> JobRecord
 
 
 def get_job(svc: Services, tenant: str, job_id: str, kind: JobKind | None = None) -> JobRecord:
-    job = svc.jobs.get(job_id, tenant)
+    job = svc.jobs.get(job_id, tenant) if is_job_id(job_id) else None
     if job is None or (kind is not None and job.kind is not kind):
-        raise NotFound(f"no job with id '{clip(job_id)}'", param="id")
+        raise not_found(job_id, kind)
     return job
+
+
+def found(job: JobRecord | None, job_id: str, kind: JobKind | None = None) -> JobRecord:
+    """A row read again may be gone (a concurrent DELETE): that is a 404 too."""
+    if job is None:
+        raise not_found(job_id, kind)
+    return job
+
+
+def not_found(job_id: str, kind: JobKind | None = None) -> NotFound:
+    """A well-formed id is quoted whole (ids are not free text); anything else is cut."""
+    shown = job_id if is_job_id(job_id) else clip(job_id)
+    noun = "video" if kind is JobKind.VIDEO else "job"
+    return NotFound(f"no {noun} with id '{shown}'", param="id")
 
 
 def job_public(svc: Services, job: JobRecord) -> JobPublic:
@@ -100,6 +122,9 @@ class Page:
 
 def list_page(svc: Services, tenant: str, page: Page, present: Callable[[Services, Any], Any],
               **filters: Any) -> dict:
+    if page.after is not None and not is_job_id(page.after):
+        raise InvalidRequest(f"'after' is not a job id (got '{clip(page.after)}')",
+                             param="after", code="invalid_cursor")
     jobs, has_more = svc.jobs.list(tenant, after=page.after, limit=page.limit,
                                    order=page.order, **filters)
     data = [present(svc, j) for j in jobs]

@@ -1,6 +1,6 @@
 """How fast does a 50,000-line speech batch get from upload to all its jobs queued?
 
-A real deployment (API process, a maintenance worker with beat, PostgreSQL, Redis,
+A real deployment (API process, the maintenance process, PostgreSQL, Redis,
 SeaweedFS; no render worker, so every job stays queued) takes a 50,000-line
 ``/v1/audio/speech`` batch through the openai SDK: upload, create, then wait until the
 batch is ``in_progress`` and its 50,000 render messages are in the Redis bulk lane.
@@ -140,12 +140,17 @@ def breakdown(env: dict[str, str], text: bytes, lines: int) -> dict:
     started = time.perf_counter()
     queued = rt.batches.expand(batch.id, token, iter(checked))
     times["insert_and_commit_s"] = time.perf_counter() - started
+    marking = []
+
+    def published(job_ids: list[str]) -> None:
+        started = time.perf_counter()
+        rt.batches.mark_published(job_ids)
+        marking.append(time.perf_counter() - started)
+
     started = time.perf_counter()
-    publish_bulk(app, queued)
-    times["publish_s"] = time.perf_counter() - started
-    started = time.perf_counter()
-    rt.batches.mark_published(batch.id)
-    times["mark_published_s"] = time.perf_counter() - started
+    publish_bulk(app, queued, published)
+    times["publish_s"] = time.perf_counter() - started - sum(marking)
+    times["mark_published_s"] = sum(marking)
     return {k: round(v, 2) for k, v in times.items()}
 
 
@@ -184,8 +189,7 @@ def main() -> None:
     port = free_port()
     base = f"http://127.0.0.1:{port}"
     procs = {"api": spawn("api", ["api", "--port", str(port)], env, home),
-             "maintenance": spawn("maintenance", ["worker", "--beat", "--pipeline",
-                                                  "test-silent"], env, home)}
+             "maintenance": spawn("maintenance", ["maintenance"], env, home)}
     try:
         wait_until(lambda: httpx.get(f"{base}/readyz").status_code == 200, 60, "API")
         wait_until(lambda: "ready" in procs["maintenance"].log.read_text(), 90, "maintenance")

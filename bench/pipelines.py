@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Iterator
 
 import numpy as np
 
 from core.jobs import JobKind
 from pipelines import Pipeline, PipelineSpec, VideoLimits, VideoResult, register_pipeline
+from pipelines.base import OPENAI_VOICES, AudioPiece
 from pipelines.reference_t2va import render_frames
 
 GPU_SECONDS = float(os.environ.get("BENCH_GPU_SECONDS", "2.15"))
@@ -42,3 +44,28 @@ class SleepingT2VA(Pipeline):
         clip = self._clip
         return VideoResult(fps=clip.fps, videos=clip.videos.copy(), audio=clip.audio.copy(),
                            audio_sample_rate=clip.audio_sample_rate)
+
+
+CLIP_SECONDS, CLIP_RATE = 2.0, 16000
+
+
+def fixed_clip() -> np.ndarray:
+    """2 s of a 440 Hz tone at 16 kHz, mono float32: loud enough to pass validation."""
+    t = np.arange(round(CLIP_SECONDS * CLIP_RATE)) / CLIP_RATE
+    return (0.3 * np.sin(2 * np.pi * 440 * t)).astype(np.float32)
+
+
+@register_pipeline
+class FixedClip(Pipeline):
+    """Returns the same 2 s 16 kHz clip at once: a job then costs only the worker's own
+    work (claim, aggregate, validate, encode, verify, upload, record)."""
+
+    spec = PipelineSpec(name="bench-clip", kind=JobKind.SPEECH, models=("bench-clip",),
+                        audio_mode="incremental", sample_rate=CLIP_RATE, channels=1,
+                        voices=OPENAI_VOICES)
+
+    def load(self) -> None:
+        self._clip = fixed_clip()
+
+    def speech(self, request, ctx) -> Iterator[AudioPiece]:
+        yield AudioPiece(self._clip, CLIP_RATE)

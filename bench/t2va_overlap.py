@@ -152,7 +152,7 @@ def run_jobs(env: dict[str, str], home: Path, count: int) -> dict:
     jobs, outbox = JobRepository(sessions), OutboxRepository(sessions)
     tenant, _ = KeyRepository(sessions).create_key("bench")
     spec = get_spec("bench-t2va")
-    worker = spawn("bench-worker", ["worker", "--pipeline", "bench-t2va", "--no-maintenance"],
+    worker = spawn("bench-worker", ["worker", "--pipeline", "bench-t2va"],
                    env, home)
     try:
         wait_until(lambda: "ready" in worker.log.read_text(), 120, "bench worker")

@@ -28,15 +28,18 @@ class OmniJobsError(Exception):
     error_type = "server_error"
     code = "internal_error"
     retryable = False
+    retry_after_s: int | None = None  # sent as Retry-After when set
 
     def __init__(self, message: str, *, code: str | None = None, param: str | None = None,
-                 retryable: bool | None = None) -> None:
+                 retryable: bool | None = None, retry_after_s: int | None = None) -> None:
         super().__init__(message[:MESSAGE_LIMIT])
         self.message = message[:MESSAGE_LIMIT]
         if code is not None:
             self.code = code
         if retryable is not None:
             self.retryable = retryable
+        if retry_after_s is not None:
+            self.retry_after_s = retry_after_s
         self.param = param
 
 
@@ -103,6 +106,47 @@ class ServiceUnavailable(OmniJobsError):
     error_type = "server_error"
     code = "service_unavailable"
     retryable = True
+    retry_after_s = 2
+
+
+class PayloadTooLarge(OmniJobsError):
+    """A request body is over its route's limit; the rest of it is never read."""
+
+    http_status = 413
+    error_type = "invalid_request_error"
+    code = "request_too_large"
+
+
+class TooManyRequests(OmniJobsError):
+    """A quota or rate limit refused a submit; nothing was stored. ``code`` says which
+    (``too_many_active_jobs``, ``queue_full``, ``rate_limit_exceeded``)."""
+
+    http_status = 429
+    error_type = "rate_limit_error"
+    code = "rate_limit_exceeded"
+    retryable = True
+    retry_after_s = 1
+
+
+class ResultUnavailable(OmniJobsError):
+    """A job the caller waited on completed but its bytes could not be read right now.
+
+    Not retryable: a resubmit would render the same text again; the job's content is
+    fetched later with ``GET /v1/jobs/{id}/content``.
+    """
+
+    http_status = 503
+    error_type = "server_error"
+    code = "result_unavailable"
+
+
+class OutputExpired(OmniJobsError):
+    """The output's retention period (``OMNIJOBS_OUTPUT_TTL_S``) has passed; its bytes are
+    deleted, the job's record stays."""
+
+    http_status = 410
+    error_type = "invalid_request_error"
+    code = "output_expired"
 
 
 class ConfigurationError(OmniJobsError):
@@ -196,3 +240,10 @@ class EngineDead(PipelineFailed):
     restarts rather than poisoning later jobs with a broken engine."""
 
     code = "engine_dead"
+
+
+class JobTimedOut(PipelineFailed):
+    """The job ran past its pipeline's maximum runtime. Retryable (a hung engine may be
+    transient); the worker process is recycled so the stuck call cannot block the next job."""
+
+    code = "timeout"

@@ -8,6 +8,9 @@ updates in ``storage/repositories/jobs.py``, the only place a status changes.
 from __future__ import annotations
 
 import enum
+import re
+
+JOB_ID = re.compile(r"(?:job|video)_[0-9a-f]{32}")  # a kind's prefix + a UUID's hex
 
 
 class JobKind(enum.StrEnum):
@@ -28,3 +31,9 @@ class JobStatus(enum.StrEnum):
 
 
 TERMINAL = frozenset({JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.CANCELLED})
+
+
+def is_job_id(value: str) -> bool:
+    """Ids are not free text: anything else names no job, and is never sent to the
+    database (where a NUL byte, say, is an error rather than a miss)."""
+    return JOB_ID.fullmatch(value) is not None

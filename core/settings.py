@@ -46,12 +46,12 @@ class Settings(BaseSettings):
     s3_bucket: str = "omnijobs"
     s3_region: str = "us-east-1"
     s3_access_key_id: str | None = None
-    s3_secret_access_key: str | None = None
+    s3_secret_access_key: str | None = Field(default=None, repr=False)
     s3_addressing_style: Literal["path", "virtual", "auto"] = "path"
     s3_create_bucket: bool = True
 
     public_base_url: str = "http://127.0.0.1:8000"
-    signing_secret: str = "dev-insecure-signing-secret"
+    signing_secret: str = Field(default="dev-insecure-signing-secret", repr=False)
     signed_url_ttl_s: int = Field(default=3600, ge=1, le=7 * 24 * 3600)
 
     sync_wait_default_s: float = Field(default=60.0, ge=0)
@@ -62,7 +62,16 @@ class Settings(BaseSettings):
     retry_backoff_s: float = Field(default=2.0, ge=0)
     outbox_grace_s: float = Field(default=10.0, ge=0)
     finalize_backlog: int = Field(default=1, ge=0)
-    stale_queued_s: float = Field(default=900.0, ge=1.0)
+    stale_queued_s: float = Field(default=900.0, gt=0)
+
+    # ---- maintenance, bounded work and retention -------------------------------------
+    # Seconds between runs of each maintenance step (keys as in tasks/maintenance.py's
+    # PERIODS: relay, reap, sweep_queued, orphans, retention, prune_outbox).
+    maintenance_periods: dict[str, float] = {}
+    outbox_retention_s: float = Field(default=86400.0, gt=0)  # published rows kept this long
+    output_ttl_s: float = Field(default=7 * 86400.0, gt=0)  # objects deleted after completion
+    job_ttl_s: float = Field(default=30 * 86400.0, gt=0)  # finished job records deleted
+    storage_retry_s: float = Field(default=120.0, ge=0)  # uploads retried in place this long
 
     pipelines: list[str] = ["piper-joe", "reference-t2va"]
     pipeline_modules: list[str] = []
@@ -108,6 +117,17 @@ class Settings(BaseSettings):
             return self.webhook_allowed_networks
         return ["127.0.0.0/8", "::1/128"] if self.mode == "embedded" else []
 
+    # ---- limits, quotas and exposure (SECURITY.md says what each one defends) ----------
+    max_body_bytes: int = Field(default=1 << 20, ge=1024)
+    api_threads: int = Field(default=40, ge=1, le=1000)
+    db_pool_timeout_s: float = Field(default=5.0, gt=0)
+    auth_cache_ttl_s: float = Field(default=5.0, ge=0, le=10)
+    tenant_max_active: int = Field(default=1000, ge=1)
+    pipeline_max_queued: int = Field(default=10_000, ge=1)
+    tenant_submits_per_s: float | None = Field(default=None, ge=0)
+    tenant_submit_burst: int | None = Field(default=None, ge=1)
+    metrics_public: bool = False
+
     @model_validator(mode="after")
     def _refuse_placeholders(self) -> Settings:
         if self.mode == "production":
@@ -123,6 +143,15 @@ class Settings(BaseSettings):
                 raise ValueError("OMNIJOBS_DATABASE_URL and OMNIJOBS_BROKER_URL are required "
                                  "outside the embedded mode")
         return self
+
+    @property
+    def submit_rate(self) -> tuple[float, int]:
+        """(tokens per second, bucket size); a rate of 0 means no limit. Unset, it is off
+        in the embedded mode and 50/s in production."""
+        rate = self.tenant_submits_per_s
+        if rate is None:
+            rate = 0.0 if self.mode == "embedded" else 50.0
+        return rate, self.tenant_submit_burst or max(1, int(2 * rate))
 
     @cached_property
     def db_url(self) -> str:

@@ -12,7 +12,7 @@ from typing import Annotated
 
 import typer
 
-from core.settings import Settings
+from core.settings import PLACEHOLDER_SECRETS, Settings
 from omnijobs.batch_cli import batch_cli
 
 cli = typer.Typer(help="omnijobs: durable speech and video jobs.", no_args_is_help=True)
@@ -50,16 +50,22 @@ def migrate() -> None:
     typer.echo("database is at the latest revision")
 
 
+def _keys():
+    from storage.db import make_engine, make_sessionmaker
+    from storage.repositories import KeyRepository
+
+    return KeyRepository(make_sessionmaker(make_engine(_settings().db_url)))
+
+
+def _when(value) -> str:
+    return value.strftime("%Y-%m-%d %H:%M:%SZ") if value is not None else "-"
+
+
 @keys_cli.command("create")
 def keys_create(tenant: Annotated[str, typer.Option(help="Tenant name (created if new)")]
                 ) -> None:
     """Create an API key for TENANT; the key is printed alone on the last line."""
-    from storage.db import make_engine, make_sessionmaker
-    from storage.repositories import KeyRepository
-
-    settings = _settings()
-    tenant_id, key = KeyRepository(make_sessionmaker(make_engine(settings.db_url))).create_key(
-        tenant)
+    tenant_id, key = _keys().create_key(tenant)
     typer.echo(f"tenant {tenant} ({tenant_id}): new API key below; it is shown only once")
     typer.echo(key)
 
@@ -90,6 +96,55 @@ def webhooks_secret(
     typer.echo(record.secret)
 
 
+@keys_cli.command("list")
+def keys_list(tenant: Annotated[str, typer.Option(help="Tenant name")]) -> None:
+    """List TENANT's keys: prefix, created, last used, revoked (never the keys)."""
+    from core.errors import NotFound
+
+    try:
+        keys = _keys().list_keys(tenant)
+    except NotFound as exc:
+        raise typer.BadParameter(exc.message, param_hint="--tenant") from None
+    typer.echo(f"{'prefix':<12} {'created':<20} {'last used':<20} revoked")
+    for k in keys:
+        typer.echo(f"{k.prefix:<12} {_when(k.created_at):<20} {_when(k.last_used_at):<20} "
+                   f"{_when(k.revoked_at)}")
+
+
+@keys_cli.command("revoke")
+def keys_revoke(prefix: Annotated[str, typer.Argument(help="The key's prefix, as listed")]
+                ) -> None:
+    """Revoke a key: every API process refuses it within OMNIJOBS_AUTH_CACHE_TTL_S."""
+    from core.errors import OmniJobsError
+
+    try:
+        key = _keys().revoke(prefix)
+    except OmniJobsError as exc:
+        raise typer.BadParameter(exc.message, param_hint="PREFIX") from None
+    typer.echo(f"key {key.prefix} of tenant {key.tenant} revoked at {_when(key.revoked_at)}")
+
+
+def _is_loopback(host: str) -> bool:
+    import ipaddress
+
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _refuse_exposed_placeholder(settings: Settings, host: str) -> None:
+    """The local store's URLs are signed with the signing secret: with the public
+    placeholder, anyone who can reach the port could forge them."""
+    if not _is_loopback(host) and (settings.signing_secret in PLACEHOLDER_SECRETS
+                                   or len(settings.signing_secret) < 16):
+        raise typer.BadParameter(
+            f"refusing to serve on {host} with the placeholder signing secret: set "
+            "OMNIJOBS_SIGNING_SECRET (16+ characters) or bind 127.0.0.1", param_hint="--host")
+
+
 def build_api(settings: Settings):
     from functools import partial
 
@@ -109,39 +164,49 @@ def build_api(settings: Settings):
 
 
 @cli.command()
-def api(host: str = "127.0.0.1", port: int = 8000, log_level: str = "info") -> None:
-    """Serve the HTTP API."""
+def api(host: str = "127.0.0.1", port: int = 8000, log_level: str = "info",
+        metrics_port: Annotated[int | None, typer.Option(
+            help="Serve Prometheus metrics on this port (same host)")] = None) -> None:
+    """Serve the HTTP API (``/metrics`` only on --metrics-port unless
+    OMNIJOBS_METRICS_PUBLIC=true)."""
     import uvicorn
 
+    settings = _settings()
+    _refuse_exposed_placeholder(settings, host)
     _logging(log_level.upper())
-    uvicorn.run(build_api(_settings()), host=host, port=port, log_level=log_level,
-                log_config=None)
+    if metrics_port is not None:
+        from prometheus_client import start_http_server
+
+        start_http_server(metrics_port, addr=host)
+    uvicorn.run(build_api(settings), host=host, port=port, log_level=log_level,
+                log_config=None, access_log=False)
 
 
 @cli.command()
 def worker(
     pipeline: Annotated[list[str] | None, typer.Option(
         help="Pipeline(s) to serve; default: every enabled one")] = None,
-    maintenance: Annotated[bool, typer.Option(help="Also run relay/reaper tasks")] = True,
-    beat: Annotated[bool, typer.Option(help="Embed the periodic scheduler")] = False,
     gpu: Annotated[str | None, typer.Option(
         help="Pin this process to its GPU(s): 0, or 2,3,4,5,6,7 for a multi-GPU deploy")] = None,
     metrics_port: Annotated[int | None, typer.Option(help="Serve Prometheus metrics")] = None,
     loglevel: str = "INFO",
     supervise: Annotated[bool, typer.Option(hidden=True)] = True,
+    maintenance: Annotated[bool, typer.Option(
+        hidden=True, help="Ignored: render workers never run maintenance")] = False,
 ) -> None:
-    """Run a worker: one process, models loaded once before it takes jobs.
+    """Run a render worker: one process, models loaded once before it takes jobs.
 
     A light supervisor process (which never touches an accelerator) runs the worker as
     its child and starts a fresh one whenever the worker exits asking for a restart
-    (a dead inference engine)."""
+    (a dead inference engine, a job past its maximum runtime). Maintenance runs
+    elsewhere (``omnijobs maintenance``)."""
     if gpu is not None:
         if not re.fullmatch(r"\d+(,\d+)*", gpu):
             raise typer.BadParameter("a GPU index or a comma-separated list", param_hint="--gpu")
         os.environ["CUDA_VISIBLE_DEVICES"] = gpu
     if supervise:
         raise typer.Exit(_supervise([*sys.argv[1:], "--no-supervise"]))
-    _run_worker(pipeline, maintenance, beat, metrics_port, loglevel)
+    _run_worker(pipeline, metrics_port, loglevel)
 
 
 def _die_with_parent() -> None:  # pragma: no cover - runs in the child before exec
@@ -172,14 +237,12 @@ def _supervise(args: list[str]) -> int:
         code = child.wait()
         if code != RESTART_EXIT:
             return code
-        log.warning("worker exited for a restart (dead engine); starting a fresh one")
+        log.warning("worker exited for a restart; starting a fresh one")
 
 
-def _run_worker(pipeline: list[str] | None, maintenance: bool, beat: bool,
-                metrics_port: int | None, loglevel: str) -> None:
+def _run_worker(pipeline: list[str] | None, metrics_port: int | None, loglevel: str) -> None:
     from pipelines import get_spec
     from tasks.app import make_celery
-    from tasks.dispatch import MAINTENANCE_QUEUE, WEBHOOK_QUEUE
     from tasks.runtime import RESTART_EXIT, get_runtime
 
     _logging(loglevel)
@@ -190,17 +253,10 @@ def _run_worker(pipeline: list[str] | None, maintenance: bool, beat: bool,
 
         start_http_server(metrics_port)
     runtime = get_runtime(settings)
-    if maintenance:  # validates batches: each line by the API's own contract
-        from api.batch_lines import line_checker
-
-        runtime.check_line = line_checker(settings)
     runtime.warm(names)
-    queues = [get_spec(n).queue for n in names] + ([MAINTENANCE_QUEUE] if maintenance else [])
-    queues += [WEBHOOK_QUEUE] if maintenance else []  # deliveries go with maintenance
+    queues = [get_spec(n).queue for n in names]
     argv = ["worker", "--pool=solo", "-Q", ",".join(queues), f"--loglevel={loglevel}",
             "-n", f"omnijobs-{os.getpid()}@%h", "--without-gossip", "--without-mingle", "-E"]
-    if beat:
-        argv += ["-B", "-s", str((settings.home / "celerybeat-schedule").resolve())]
     try:
         make_celery(settings).worker_main(argv)
     finally:
@@ -209,13 +265,26 @@ def _run_worker(pipeline: list[str] | None, maintenance: bool, beat: bool,
 
 
 @cli.command()
-def beat(loglevel: str = "INFO") -> None:
-    """Run the periodic scheduler (outbox relay, lease reaper)."""
+def maintenance(loglevel: str = "INFO") -> None:
+    """Run the maintenance process, one per deployment: outbox relay, lease reaper,
+    lost-message sweep, retention, orphan sweep, outbox pruning, batches, and the CPU
+    queues (webhook deliveries). It never renders, so render work cannot hold it up."""
+    from api.batch_lines import line_checker
     from tasks.app import make_celery
+    from tasks.maintenance import run
+    from tasks.runtime import get_runtime
 
+    _logging(loglevel)
     settings = _settings()
-    make_celery(settings).start(["beat", f"--loglevel={loglevel}", "-s",
-                                 str((settings.home / "celerybeat-schedule").resolve())])
+    runtime = get_runtime(settings)
+    runtime.check_line = line_checker(settings)  # batch lines: the API's own contract
+    run(runtime, make_celery(settings), loglevel)
+
+
+@cli.command()
+def beat(loglevel: str = "INFO") -> None:
+    """Same as ``omnijobs maintenance`` (its former name)."""
+    maintenance(loglevel)
 
 
 def _dev_key(settings: Settings) -> str:
@@ -233,8 +302,12 @@ def _dev_key(settings: Settings) -> str:
 
 
 @cli.command()
-def dev(host: str = "127.0.0.1", port: int = 8000) -> None:
-    """Embedded mode: SQLite, filesystem broker, local object store, worker + API."""
+def dev(host: str = "127.0.0.1", port: int = 8000,
+        allow_remote: Annotated[bool, typer.Option(
+            help="Allow a non-loopback --host (needs OMNIJOBS_SIGNING_SECRET)")] = False
+        ) -> None:
+    """Embedded mode: SQLite, filesystem broker, local object store, worker, maintenance
+    and API."""
     import uvicorn
 
     from storage.migrate import upgrade
@@ -243,26 +316,34 @@ def dev(host: str = "127.0.0.1", port: int = 8000) -> None:
     settings = _settings()
     if settings.mode != "embedded":
         raise typer.BadParameter("omnijobs dev runs the embedded mode only")
+    if not _is_loopback(host) and not allow_remote:
+        raise typer.BadParameter(f"omnijobs dev binds loopback only; {host} needs "
+                                 "--allow-remote and a real signing secret",
+                                 param_hint="--host")
+    _refuse_exposed_placeholder(settings, host)
     os.environ.setdefault("OMNIJOBS_PUBLIC_BASE_URL", f"http://{host}:{port}")
     settings = _settings()
     upgrade(settings.db_url)
     key = _dev_key(settings)
-    worker_proc = subprocess.Popen([sys.executable, "-m", "omnijobs.cli", "worker", "--beat"],
-                                   preexec_fn=_die_with_parent)
+    children = [subprocess.Popen([sys.executable, "-m", "omnijobs.cli", role],
+                                 preexec_fn=_die_with_parent)
+                for role in ("worker", "maintenance")]
 
-    def stop_worker(*_args) -> None:
-        if worker_proc.poll() is None:
-            worker_proc.send_signal(signal.SIGTERM)
+    def stop_children(*_args) -> None:
+        for child in children:
+            if child.poll() is None:
+                child.send_signal(signal.SIGTERM)
+        for child in children:
             try:
-                worker_proc.wait(timeout=30)
+                child.wait(timeout=30)
             except subprocess.TimeoutExpired:
-                worker_proc.kill()
+                child.kill()
         raise SystemExit(0)
 
     # uvicorn re-raises SIGINT/SIGTERM after its graceful shutdown; this handler then
-    # stops the worker too, so nothing outlives `omnijobs dev`.
+    # stops the worker and maintenance too, so nothing outlives `omnijobs dev`.
     for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, stop_worker)
+        signal.signal(signum, stop_children)
     typer.echo(f"\nomnijobs is starting on http://{host}:{port}\nAPI key: {key}\n\n"
                "Try:\n"
                f"  curl -sS http://{host}:{port}/v1/audio/speech \\\n"
@@ -272,9 +353,9 @@ def dev(host: str = "127.0.0.1", port: int = 8000) -> None:
                "    -o hello.wav\n")
     try:
         uvicorn.run(build_api(settings), host=host, port=port, log_level="info",
-                    log_config=None)
+                    log_config=None, access_log=False)
     finally:
-        stop_worker()
+        stop_children()
 
 
 def main() -> None:

@@ -150,10 +150,20 @@ class PipelineSpec:
     reserved_fields: frozenset[str] = frozenset()  # set by the service, never by callers
     supports_speed: bool = True
     video: VideoLimits | None = None
+    # Longest a job may run (claim to completion) before it fails or retries with
+    # ``timeout``; None: 900 s for speech, 3600 s for video. ``max_runtime_s`` in the
+    # pipeline's OMNIJOBS_PIPELINE_OPTIONS entry overrides it.
+    max_runtime_s: float | None = None
 
     @property
     def queue(self) -> str:
         return queue_for(self.name)
+
+    @property
+    def runtime_limit_s(self) -> float:
+        if self.max_runtime_s is not None:
+            return self.max_runtime_s
+        return 3600.0 if self.kind is JobKind.VIDEO else 900.0
 
     def validate_speech(self, req: SpeechRequest) -> None:
         """Raise InvalidRequest for anything this pipeline cannot honour."""

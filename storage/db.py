@@ -4,10 +4,42 @@ mode's API and worker processes can share one file."""
 from __future__ import annotations
 
 from sqlalchemy import Engine, create_engine, event, text
+from sqlalchemy.engine import ExceptionContext
+from sqlalchemy.exc import InterfaceError, OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.orm import Session, sessionmaker
 
+from core.errors import ServiceUnavailable
 
-def make_engine(url: str) -> Engine:
+# The database is down, unreachable or saturated (no connection free in time): a caller
+# may retry later. Anything else the database raises is a bug, not an outage. Driver
+# errors are translated by ``_unavailable``; a pool time-out never reaches the driver.
+UNAVAILABLE_ERRORS = (OperationalError, InterfaceError, PoolTimeout)
+
+
+def _unavailable(ctx: ExceptionContext) -> None:
+    """A dropped or refused connection is a dependency that is down (503, retryable), not a
+    bug; translated here, where the driver's errors enter. Pre-ping failures are left to
+    the pool, which reconnects."""
+    if ctx.is_pre_ping:
+        return
+    if ctx.is_disconnect or isinstance(ctx.sqlalchemy_exception,
+                                       (OperationalError, InterfaceError)):
+        raise ServiceUnavailable(
+            f"database unavailable ({type(ctx.original_exception).__name__})"
+        ) from ctx.original_exception
+
+
+def make_engine(url: str, *, pool_size: int = 5, max_overflow: int = 5,
+                pool_timeout: float = 30.0) -> Engine:
+    """The API sizes its pool to its thread count (every thread may hold one
+    connection), so a request never queues for one; workers keep the small default."""
+    engine = _create(url, pool_size, max_overflow, pool_timeout)
+    event.listen(engine, "handle_error", _unavailable)
+    return engine
+
+
+def _create(url: str, pool_size: int, max_overflow: int, pool_timeout: float) -> Engine:
     if url.startswith("sqlite"):
         engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
 
@@ -22,7 +54,8 @@ def make_engine(url: str) -> Engine:
         return engine
     if url.startswith("postgresql://"):
         url = "postgresql+psycopg://" + url.removeprefix("postgresql://")
-    return create_engine(url, pool_pre_ping=True, pool_size=5, max_overflow=5)
+    return create_engine(url, pool_pre_ping=True, pool_size=pool_size,
+                         max_overflow=max_overflow, pool_timeout=pool_timeout)
 
 
 def make_sessionmaker(engine: Engine) -> sessionmaker[Session]:

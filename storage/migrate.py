@@ -13,7 +13,8 @@ MIGRATIONS = Path(__file__).resolve().parent.parent / "migrations"
 def alembic_config(url: str) -> Config:
     cfg = Config()
     cfg.set_main_option("script_location", str(MIGRATIONS))
-    cfg.set_main_option("sqlalchemy.url", url)
+    # Alembic's config is a ConfigParser: a '%' (as in a password) must be doubled.
+    cfg.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
     return cfg
 
 

@@ -15,6 +15,7 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    text,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 from sqlalchemy.types import TypeDecorator
@@ -46,6 +47,9 @@ class Base(DeclarativeBase):
     pass
 
 
+INTERACTIVE_JOB = text("batch_id IS NULL")  # a job of no batch
+
+
 class Tenant(Base):
     __tablename__ = "tenants"
 
@@ -65,6 +69,7 @@ class ApiKey(Base):
     key_hash: Mapped[str] = mapped_column(String(64), unique=True)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime())
     revoked_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    last_used_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
 
 
 class Job(Base):
@@ -73,6 +78,14 @@ class Job(Base):
         UniqueConstraint("tenant_id", "idempotency_key", name="uq_jobs_tenant_idempotency"),
         Index("ix_jobs_tenant_created", "tenant_id", "created_at", "id"),
         Index("ix_jobs_status_lease", "status", "lease_expires_at"),
+        # The submit path's quota counts: active jobs per tenant, queued jobs per pipeline
+        # (interactive ones: a batch's jobs have their own quota).
+        Index("ix_jobs_tenant_status", "tenant_id", "status", postgresql_where=INTERACTIVE_JOB,
+              sqlite_where=INTERACTIVE_JOB),
+        Index("ix_jobs_pipeline_status", "pipeline", "status", postgresql_where=INTERACTIVE_JOB,
+              sqlite_where=INTERACTIVE_JOB),
+        Index("ix_jobs_expires", "expires_at"),
+        Index("ix_jobs_completed", "completed_at"),
         Index("ix_jobs_batch_status", "batch_id", "status"),
     )
 
@@ -96,6 +109,11 @@ class Job(Base):
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime())
     started_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     completed_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    # The render message that may claim the job (older copies are no-ops), when the
+    # outputs expire (set at completion) and when maintenance deleted their objects.
+    dispatch_token: Mapped[str | None] = mapped_column(String(32))
+    expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    outputs_deleted_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     # A batch's request: its batch, its line (0-based) and the caller's custom_id.
     batch_id: Mapped[str | None] = mapped_column(ForeignKey(
         "batches.id", ondelete="CASCADE", name="fk_jobs_batch_id"))
@@ -138,7 +156,8 @@ class OutboxMessage(Base):
     """
 
     __tablename__ = "outbox"
-    __table_args__ = (Index("ix_outbox_unpublished", "published_at", "available_at"),)
+    __table_args__ = (Index("ix_outbox_unpublished", "published_at", "available_at"),
+                      Index("ix_outbox_job_id", "job_id"))
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     topic: Mapped[str] = mapped_column(String(32))

@@ -12,6 +12,7 @@ import hmac
 import io
 import logging
 import os
+import re
 import shutil
 import tempfile
 import time
@@ -27,6 +28,7 @@ log = logging.getLogger(__name__)
 
 CHUNK = 1 << 20
 OBJECTS_PATH = "/v1/objects"  # where the API serves the local store's signed URLs
+SIGNATURE = re.compile(r"[0-9a-f]{64}")  # hex HMAC-SHA256, as _sign writes it
 
 
 def object_key(tenant_id: str, job_id: str, index: int, extension: str) -> str:
@@ -40,6 +42,7 @@ class ObjectStore(Protocol):
     def get(self, key: str) -> bytes: ...
     def stream(self, key: str) -> Iterator[bytes]: ...
     def delete(self, keys: list[str]) -> None: ...
+    def list_keys(self, prefix: str = "") -> Iterator[str]: ...
     def signed_url(self, key: str, ttl_s: int) -> tuple[str, int]: ...
     def check(self) -> None: ...
 
@@ -99,6 +102,13 @@ class LocalStore:
         for key in keys:
             self._path(key).unlink(missing_ok=True)
 
+    def list_keys(self, prefix: str = "") -> Iterator[str]:
+        """Every stored key under ``prefix`` (half-written ``.part-`` files excluded)."""
+        for path in sorted(self.root.rglob("*")):
+            key = path.relative_to(self.root).as_posix()
+            if path.is_file() and key.startswith(prefix) and not path.name.startswith(".part-"):
+                yield key
+
     def _sign(self, key: str, expires: int) -> str:
         return hmac.new(self._secret, f"{key}\n{expires}".encode(), hashlib.sha256).hexdigest()
 
@@ -108,7 +118,8 @@ class LocalStore:
         return f"{self.base_url}{OBJECTS_PATH}/{quote(key)}?{query}", expires
 
     def verify(self, key: str, expires: int, signature: str) -> None:
-        if not hmac.compare_digest(self._sign(key, expires), signature):
+        if not SIGNATURE.fullmatch(signature) or not hmac.compare_digest(
+                self._sign(key, expires), signature):
             raise SignatureInvalid("signature does not match")
         if expires < time.time():
             raise SignatureInvalid("signed URL has expired", code="signature_expired")
@@ -131,9 +142,12 @@ class S3Store:
             region_name=settings.s3_region,
             config=Config(signature_version="s3v4",
                           s3={"addressing_style": settings.s3_addressing_style},
-                          retries={"max_attempts": 3, "mode": "standard"}),
+                          retries={"max_attempts": 3, "mode": "standard"},
+                          connect_timeout=5),
         )
         self.bucket = settings.s3_bucket
+        self._create_bucket = settings.s3_create_bucket
+        self._bucket_ready = not settings.s3_create_bucket
         self._client = boto3.client("s3", endpoint_url=settings.s3_endpoint_url, **common)
         public = settings.s3_public_endpoint_url or settings.s3_endpoint_url
         self._presigner = boto3.client("s3", endpoint_url=public, **common)
@@ -157,15 +171,28 @@ class S3Store:
             raise StorageFailed(f"object store {what} failed: {type(exc).__name__}") from exc
 
     def ensure_bucket(self) -> None:
+        """Create the bucket if it is missing. Raises StorageFailed (retryable), never
+        NotFound, while the store is unreachable or refuses: start-up goes on and the next
+        check or upload tries again, so a store that comes up late needs no restart."""
         try:
             self._call("head_bucket", self._client.head_bucket)
-        except (NotFound, StorageFailed):
+        except NotFound:
             try:
                 self._call("create_bucket", self._client.create_bucket)
-            except StorageFailed:
-                self._call("head_bucket", self._client.head_bucket)
+            except StorageFailed as exc:
+                try:  # another process may have created it meanwhile
+                    self._call("head_bucket", self._client.head_bucket)
+                except NotFound:
+                    raise StorageFailed(f"bucket '{self.bucket[:64]}' does not exist and "
+                                        "could not be created") from exc
+        self._bucket_ready = True
+
+    def _ready(self) -> None:
+        if not self._bucket_ready:
+            self.ensure_bucket()
 
     def put(self, key: str, data: bytes, content_type: str) -> None:
+        self._ready()
         self._call("put", self._client.put_object, Key=key, Body=data, ContentType=content_type)
 
     def put_file(self, key: str, source: BinaryIO, content_type: str) -> None:
@@ -174,6 +201,7 @@ class S3Store:
         from boto3.exceptions import S3UploadFailedError
         from boto3.s3.transfer import TransferConfig
 
+        self._ready()
         config = TransferConfig(max_concurrency=2)
         config.max_in_memory_upload_chunks = 2  # s3transfer's knob (boto3 doesn't pass it)
         try:
@@ -190,9 +218,20 @@ class S3Store:
         return body.iter_chunks(CHUNK)
 
     def delete(self, keys: list[str]) -> None:
-        if keys:
+        for start in range(0, len(keys), 1000):  # the API's limit per request
             self._call("delete", self._client.delete_objects,
-                       Delete={"Objects": [{"Key": k} for k in keys], "Quiet": True})
+                       Delete={"Objects": [{"Key": k} for k in keys[start:start + 1000]],
+                               "Quiet": True})
+
+    def list_keys(self, prefix: str = "") -> Iterator[str]:
+        token: dict[str, str] = {}
+        while True:
+            page = self._call("list", self._client.list_objects_v2, Prefix=prefix, **token)
+            for item in page.get("Contents", ()):
+                yield item["Key"]
+            if not page.get("IsTruncated"):
+                return
+            token = {"ContinuationToken": page["NextContinuationToken"]}
 
     def signed_url(self, key: str, ttl_s: int) -> tuple[str, int]:
         url = self._presigner.generate_presigned_url(
@@ -200,6 +239,9 @@ class S3Store:
         return url, int(time.time()) + ttl_s
 
     def check(self) -> None:
+        if not self._bucket_ready:
+            self.ensure_bucket()
+            return
         self._call("head_bucket", self._client.head_bucket)
 
 

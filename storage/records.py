@@ -48,6 +48,9 @@ class JobRecord:
     lease_expires_at: datetime | None
     idempotency_key: str | None = None
     outputs: tuple[OutputRecord, ...] = field(default_factory=tuple)
+    dispatch_token: str | None = None
+    expires_at: datetime | None = None  # when the outputs expire (set at completion)
+    outputs_deleted_at: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -62,6 +65,7 @@ class NewJob:
     max_attempts: int
     idempotency_key: str | None = None
     webhook: JobWebhookRequest | None = None
+    lane: str = "interactive"  # which quotas admit it (storage.repositories.quotas)
 
 
 @dataclass(frozen=True)
@@ -73,6 +77,11 @@ class OutboxRecord:
     payload: dict[str, Any]
     available_at: datetime
 
+    @property
+    def token(self) -> str | None:
+        """The job's dispatch token this message carries (None on messages that predate
+        tokens)."""
+        return self.payload.get("token")
 
 # ---- webhooks ----------------------------------------------------------------------
 
@@ -149,6 +158,17 @@ class DeliveryLogRecord:
     next_attempt_at: datetime | None
     created_at: datetime
     attempts: tuple[AttemptRecord, ...]
+
+
+@dataclass(frozen=True)
+class KeyRecord:
+    """An API key as an operator sees it: never the key itself."""
+
+    prefix: str
+    tenant: str
+    created_at: datetime
+    last_used_at: datetime | None
+    revoked_at: datetime | None
 
 
 # ---- files and batches ---------------------------------------------------------------

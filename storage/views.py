@@ -8,7 +8,7 @@ payloads, batch output lines, event streams), so each of them presents exactly w
 from __future__ import annotations
 
 from dataclasses import asdict
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Literal
 
 from pydantic import BaseModel
@@ -27,9 +27,13 @@ class JobError(BaseModel):
 
 
 class OutputPublic(BaseModel):
+    """An expired output (past ``OMNIJOBS_OUTPUT_TTL_S``) keeps its description but has
+    no URL: its bytes are deleted."""
+
     index: int
-    url: str
-    url_expires_at: int
+    url: str | None
+    url_expires_at: int | None
+    expired: bool = False
     content_type: str
     bytes: int
     sha256: str
@@ -54,6 +58,7 @@ class JobPublic(BaseModel):
     created_at: int
     started_at: int | None
     completed_at: int | None
+    expires_at: int | None
     error: JobError | None
     outputs: list[OutputPublic]
     metadata: dict[str, str] | None
@@ -84,20 +89,29 @@ def timestamp(value: datetime | None) -> int | None:
     return int(value.timestamp()) if value is not None else None
 
 
+def outputs_expired(job: JobRecord, now: datetime | None = None) -> bool:
+    """Past the retention period, whether or not maintenance has deleted the bytes yet."""
+    if job.outputs_deleted_at is not None:
+        return True
+    return job.expires_at is not None and job.expires_at <= (now or datetime.now(UTC))
+
+
 def job_view(job: JobRecord, store: ObjectStore, url_ttl_s: int) -> JobPublic:
+    expired = outputs_expired(job)
     outputs = []
     for out in job.outputs:
-        url, expires = store.signed_url(out.key, url_ttl_s)
+        url, expires = (None, None) if expired else store.signed_url(out.key, url_ttl_s)
         fields = {k: v for k, v in asdict(out).items() if k != "key"}
-        outputs.append(OutputPublic(url=url, url_expires_at=expires, **fields))
+        outputs.append(OutputPublic(url=url, url_expires_at=expires, expired=expired,
+                                    **fields))
     error = (JobError(code=job.error_code, message=job.error_message or "")
              if job.error_code and job.status is JobStatus.FAILED else None)
     return JobPublic(
         id=job.id, kind=job.kind.value, model=job.model, status=job.status.value,
         progress=job.progress, attempts=job.attempts, max_attempts=job.max_attempts,
         created_at=timestamp(job.created_at), started_at=timestamp(job.started_at),
-        completed_at=timestamp(job.completed_at), error=error, outputs=outputs,
-        metadata=job.metadata)
+        completed_at=timestamp(job.completed_at), expires_at=timestamp(job.expires_at),
+        error=error, outputs=outputs, metadata=job.metadata)
 
 
 def video_view(job: JobRecord, store: ObjectStore, url_ttl_s: int) -> VideoPublic:
@@ -107,7 +121,7 @@ def video_view(job: JobRecord, store: ObjectStore, url_ttl_s: int) -> VideoPubli
     return VideoPublic(
         id=job.id, model=job.model, status=VIDEO_STATUS.get(job.status, job.status.value),
         progress=job.progress, created_at=pub.created_at, completed_at=pub.completed_at,
-        expires_at=None, size=req["size"], seconds=f"{float(req['seconds']):g}",
+        expires_at=pub.expires_at, size=req["size"], seconds=f"{float(req['seconds']):g}",
         prompt=req["prompt"], fps=float(req["fps"]), n=int(req.get("n", 1)),
         seed=req.get("seed"), audio_sample_rate=rates.pop() if len(rates) == 1 else None,
         error=pub.error, outputs=pub.outputs, metadata=job.metadata)

@@ -1,1 +1,2 @@
-"""Celery app and tasks: render, maintenance (outbox relay, lease reaper)."""
+"""Celery app and tasks: render (workers) and the maintenance process (relay, reaper,
+sweeps, retention)."""

@@ -11,13 +11,7 @@ from celery.signals import worker_shutdown
 
 from core.settings import Settings
 
-from .dispatch import MAINTENANCE_QUEUE, WEBHOOK_QUEUE
-
-RELAY_EVERY_S = 5.0
-REAP_EVERY_S = 10.0
-SWEEP_EVERY_S = 60.0
-WEBHOOKS_EVERY_S = 1.0
-BATCHES_EVERY_S = 1.0
+from .dispatch import MAINTENANCE_QUEUE
 
 
 def broker_options(settings: Settings) -> dict:
@@ -35,8 +29,11 @@ def broker_options(settings: Settings) -> dict:
 def make_celery(settings: Settings, with_tasks: bool = True) -> Celery:
     """``with_tasks=False`` gives a publisher only (the API): no worker code imported."""
     app = Celery("omnijobs", broker=settings.broker)
+    options = broker_options(settings)
+    if not with_tasks:  # a broker that is down must not hold a submit up: the outbox has it
+        options |= {"max_retries": 1, "interval_start": 0}
     app.conf.update(
-        broker_transport_options=broker_options(settings),
+        broker_transport_options=options,
         broker_connection_retry_on_startup=True,
         broker_connection_timeout=3,
         task_acks_late=True,
@@ -47,35 +44,14 @@ def make_celery(settings: Settings, with_tasks: bool = True) -> Celery:
         task_send_sent_event=True,
         task_default_queue=MAINTENANCE_QUEUE,
         worker_hijack_root_logger=False,
-        beat_schedule={
-            "relay-outbox": {"task": "omnijobs.relay_outbox", "schedule": RELAY_EVERY_S,
-                             "options": {"queue": MAINTENANCE_QUEUE,
-                                         "expires": RELAY_EVERY_S}},
-            "reap-leases": {"task": "omnijobs.reap_leases", "schedule": REAP_EVERY_S,
-                            "options": {"queue": MAINTENANCE_QUEUE,
-                                        "expires": REAP_EVERY_S}},
-            "sweep-queued": {"task": "omnijobs.sweep_queued", "schedule": SWEEP_EVERY_S,
-                             "options": {"queue": MAINTENANCE_QUEUE,
-                                         "expires": SWEEP_EVERY_S}},
-            "schedule-webhooks": {"task": "omnijobs.schedule_webhooks",
-                                  "schedule": WEBHOOKS_EVERY_S,
-                                  "options": {"queue": WEBHOOK_QUEUE,
-                                              "expires": WEBHOOKS_EVERY_S}},
-            "advance-batches": {"task": "omnijobs.advance_batches",
-                                "schedule": BATCHES_EVERY_S,
-                                "options": {"queue": MAINTENANCE_QUEUE,
-                                            "expires": BATCHES_EVERY_S}},
-        },
     )
     if settings.broker.startswith("filesystem"):  # the embedded broker, with lanes
         app.conf.broker_transport = "tasks.lanes:FilesystemTransport"
     if with_tasks:
-        from . import batches, deliver, maintenance, render
+        from . import deliver, render
 
         render.register(app)
-        maintenance.register(app)
         deliver.register(app)
-        batches.register(app)
     return app
 
 

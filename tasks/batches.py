@@ -1,4 +1,4 @@
-"""Moving batches along: the periodic maintenance step that validates new batches, ends
+"""Moving batches along: the maintenance step that validates new batches, ends
 the ones whose jobs are all finished (or whose window has passed, or that were
 cancelled) and writes their output and error files.
 
@@ -27,7 +27,7 @@ from storage.repositories.files import file_key
 from storage.views import resource_view
 
 from .batch_validate import LEASE_S, validate_batch
-from .runtime import WorkerRuntime, get_runtime
+from .runtime import WorkerRuntime
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +38,7 @@ CANCELLED_REASON = {
     BatchStatus.CANCELLED: ("batch_cancelled", "the batch was cancelled"),
 }
 
-__all__ = ["advance_batches", "finalize_batch", "register"]
+__all__ = ["advance_batches", "finalize_batch"]
 
 
 def advance_batches(rt: WorkerRuntime, app: Celery) -> int:
@@ -134,8 +134,3 @@ def _refused_line(batch_id: str, refused: RejectionRecord) -> tuple[bool, dict[s
                   "response": {"status_code": refused.status_code, "request_id": None,
                                "body": refused.body}, "error": None}
 
-
-def register(app: Celery) -> None:
-    @app.task(name="omnijobs.advance_batches", shared=False, ignore_result=True)
-    def advance() -> int:
-        return advance_batches(get_runtime(), app)

@@ -38,7 +38,6 @@ from .runtime import WorkerRuntime, get_runtime
 log = logging.getLogger(__name__)
 
 DELIVER_TASK = "omnijobs.deliver_webhook"
-SCHEDULE_TASK = "omnijobs.schedule_webhooks"
 USER_AGENT = "omnijobs-webhooks/1"
 MAX_BODY_BYTES = 20_000
 RETRY_AFTER_STATUSES = frozenset({429, 502, 503, 504})
@@ -251,10 +250,6 @@ def deliver(rt: WorkerRuntime, app: Celery, delivery_id: int, token: str) -> str
 
 
 def register(app: Celery) -> None:
-    @app.task(name=SCHEDULE_TASK, shared=False, ignore_result=True)
-    def schedule_webhooks() -> int:
-        return schedule_due(get_runtime(), app)
-
     @app.task(name=DELIVER_TASK, shared=False, ignore_result=True, acks_late=True)
     def deliver_webhook(delivery_id: int, token: str) -> str:
         return deliver(get_runtime(), app, delivery_id, token)

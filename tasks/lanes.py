@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 import os
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from queue import Empty
 from time import monotonic_ns
 
@@ -39,31 +39,33 @@ log = logging.getLogger(__name__)
 PUBLISH_CHUNK = 2000
 
 
-def publish_bulk(app: Celery, queued: Sequence[tuple[str, str]]) -> None:
-    """Send a render message per ``(job id, queue)`` in the bulk lane, a chunk per round
-    trip. Raises ServiceUnavailable if the broker fails (the outbox still holds them all:
-    the relay sends them again, and a message sent twice is harmless)."""
-    template = app.amqp.as_task_v2("", RENDER_TASK, args=[""], kwargsrepr="{}",
+def publish_bulk(app: Celery, queued: Sequence[tuple[str, str, str]],
+                 published: Callable[[list[str]], None]) -> None:
+    """Send a render message per ``(job id, queue, dispatch token)`` in the bulk lane, a
+    chunk per round trip; ``published`` records each chunk once the broker has it. Raises
+    ServiceUnavailable if the broker fails: the outbox holds the rest for the relay (and a
+    message the relay sends too is harmless: its claim finds the job taken)."""
+    template = app.amqp.as_task_v2("", RENDER_TASK, args=["", ""], kwargsrepr="{}",
                                    ignore_result=True)
     with app.producer_or_acquire() as producer:
         for start in range(0, len(queued), PUBLISH_CHUNK):
             try:
                 with producer.batch(max_size=PUBLISH_CHUNK):
-                    for job_id, queue in queued[start:start + PUBLISH_CHUNK]:
-                        _publish(producer, template, job_id, queue)
+                    for job_id, queue, token in queued[start:start + PUBLISH_CHUNK]:
+                        _publish(producer, template, [job_id, token], queue)
             except Exception as exc:  # kombu/redis errors
                 raise ServiceUnavailable(f"broker unavailable: {type(exc).__name__}") from exc
+            published([job_id for job_id, _, _ in queued[start:start + PUBLISH_CHUNK]])
 
 
-def _publish(producer, template, job_id: str, queue: str) -> None:
+def _publish(producer, template, args: list[str], queue: str) -> None:
     """The render message ``send_task`` would send (Celery's own, built once, with this
-    job's id and a task id of its own), without the per-message signals and sent-events
-    that would cost more than the publish itself for tens of thousands of jobs."""
+    job's id and dispatch token and a task id of its own), without the per-message
+    signals and sent-events that would cost more than the publish itself at this scale."""
     task_id = str(uuid.uuid4())
-    args, kwargs, embed = template.body
-    headers = {**template.headers, "id": task_id, "root_id": task_id,
-               "argsrepr": repr([job_id])}
-    producer.publish(([job_id], kwargs, embed), exchange="", routing_key=queue,
+    _, kwargs, embed = template.body
+    headers = {**template.headers, "id": task_id, "root_id": task_id, "argsrepr": repr(args)}
+    producer.publish((args, kwargs, embed), exchange="", routing_key=queue,
                      headers=headers, priority=BULK_PRIORITY, serializer="json", retry=False,
                      **{**template.properties, "correlation_id": task_id})
 

@@ -1,15 +1,19 @@
-"""Lease heartbeat for a running job.
+"""Lease heartbeat and runtime watchdog for a running job.
 
 A background thread extends the lease and flushes progress while the pipeline works.
 When the heartbeat's compare-and-set stops matching (the job was cancelled, or a
 reaper handed it to another worker) the job is no longer ours: the pipeline is told
-to stop at its next chunk.
+to stop at its next chunk. The lease is renewed only while the job is within its
+pipeline's maximum runtime; past it the watchdog calls ``on_timeout`` (which records
+the timeout and recycles the process, since a stuck call cannot be interrupted).
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
+from collections.abc import Callable
 
 from storage.repositories import JobRepository
 
@@ -17,8 +21,12 @@ log = logging.getLogger(__name__)
 
 
 class Lease:
-    def __init__(self, jobs: JobRepository, job_id: str, attempt: int, lease_s: float) -> None:
+    def __init__(self, jobs: JobRepository, job_id: str, attempt: int, lease_s: float,
+                 max_runtime_s: float = float("inf"),
+                 on_timeout: Callable[[], None] = lambda: None) -> None:
         self._jobs, self.job_id, self.attempt, self.lease_s = jobs, job_id, attempt, lease_s
+        self.max_runtime_s, self._on_timeout = max_runtime_s, on_timeout
+        self._started = time.monotonic()
         self.lost = threading.Event()
         self._stop = threading.Event()
         self._progress: int | None = None
@@ -31,6 +39,9 @@ class Lease:
     def is_cancelled(self) -> bool:
         return self.lost.is_set()
 
+    def overdue(self) -> bool:
+        return time.monotonic() - self._started > self.max_runtime_s
+
     def lost_now(self) -> bool:
         """Heartbeat now (not at the next tick) and say whether the job is lost: called
         right before an upload, so a reclaimed attempt doesn't overwrite a newer one."""
@@ -38,6 +49,9 @@ class Lease:
         return self.lost.is_set()
 
     def beat(self) -> None:
+        if self.overdue():  # never renewed past the maximum runtime
+            self.lost.set()
+            return
         progress = self._progress if self._progress != self._sent else None
         try:
             alive = self._jobs.heartbeat(self.job_id, self.attempt, self.lease_s, progress)
@@ -51,6 +65,11 @@ class Lease:
     def _run(self) -> None:
         interval = min(self.lease_s / 3, 2.0)
         while not self._stop.wait(interval):
+            if self.overdue():
+                self.lost.set()
+                if not self._stop.is_set():
+                    self._on_timeout()
+                return
             self.beat()
 
     def start(self) -> Lease:
@@ -59,7 +78,7 @@ class Lease:
 
     def stop(self) -> None:
         self._stop.set()
-        if self._thread.is_alive():
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
             self._thread.join()
 
     def __enter__(self) -> Lease:

@@ -1,85 +1,112 @@
-"""Periodic upkeep: publish what the outbox still holds, reclaim expired leases, and
-re-announce queued jobs whose message was lost (a broker that dropped it, a render
-task that failed before it could claim)."""
+"""The maintenance process: recovery, retention and the CPU-side Celery queues.
+
+Every step runs on its own thread and its own period, inside a process that never
+renders, so no render backlog and no slow step (an orphan sweep over a large bucket)
+can hold up the relay or the reaper. The steps call the database and the store
+directly, not through broker messages that could wait behind render work or expire.
+The same process consumes ``MAINTENANCE_QUEUES`` (webhook deliveries) with a thread
+pool. Run exactly one per deployment (``omnijobs maintenance``); a second one is safe,
+since every step is a compare-and-set, but it publishes some messages twice.
+"""
 
 from __future__ import annotations
 
 import logging
+import os
+import threading
+from collections.abc import Callable
 
 from celery import Celery
 
-from core.errors import ServiceUnavailable
-from pipelines import queue_for
-from storage.records import JobRecord
-
-from .dispatch import MAINTENANCE_QUEUE, publish, publish_and_mark
-from .runtime import WorkerRuntime, get_runtime
+from .batches import advance_batches
+from .deliver import schedule_due
+from .dispatch import MAINTENANCE_QUEUES
+from .recovery import prune_outbox, reap_leases, relay_outbox, sweep_stale_queued
+from .retention import apply_retention, sweep_orphans
+from .runtime import WorkerRuntime
 
 log = logging.getLogger(__name__)
 
-__all__ = ["MAINTENANCE_QUEUE", "reap_leases", "register", "relay_outbox",
-           "sweep_stale_queued"]
+Step = Callable[[WorkerRuntime, Celery], int]
+
+STEPS: dict[str, Step] = {
+    "relay": relay_outbox,
+    "reap": reap_leases,
+    "sweep_queued": sweep_stale_queued,
+    "retention": apply_retention,
+    "orphans": sweep_orphans,
+    "prune_outbox": prune_outbox,
+    "webhooks": schedule_due,
+    "batches": advance_batches,
+}
+PERIODS: dict[str, float] = {  # seconds; OMNIJOBS_MAINTENANCE_PERIODS overrides them
+    "relay": 5.0,
+    "reap": 10.0,
+    "sweep_queued": 60.0,
+    "retention": 600.0,
+    "orphans": 3600.0,
+    "prune_outbox": 3600.0,
+    "webhooks": 1.0,
+    "batches": 1.0,
+}
 
 
-def relay_outbox(rt: WorkerRuntime, app: Celery) -> int:
-    published = []
-    for msg in rt.outbox.due(grace_s=rt.settings.outbox_grace_s):
+def periods(overrides: dict[str, float]) -> dict[str, float]:
+    unknown = sorted(set(overrides) - set(STEPS))
+    if unknown:
+        raise ValueError(f"OMNIJOBS_MAINTENANCE_PERIODS: unknown steps {unknown}; "
+                         f"known: {sorted(STEPS)}")
+    if any(v <= 0 for v in overrides.values()):
+        raise ValueError("OMNIJOBS_MAINTENANCE_PERIODS: periods must be positive")
+    return {**PERIODS, **overrides}
+
+
+class Maintenance:
+    """One daemon thread per step; each runs its step, then waits its period."""
+
+    def __init__(self, rt: WorkerRuntime, app: Celery) -> None:
+        self.rt, self.app = rt, app
+        self.periods = periods(rt.settings.maintenance_periods)
+        self._stop = threading.Event()
+        self._threads = [threading.Thread(target=self._loop, args=(name,), daemon=True,
+                                          name=f"maintenance-{name}") for name in STEPS]
+
+    def run_once(self, name: str) -> int:
         try:
-            publish(app, msg)
-        except ServiceUnavailable:
-            break
-        published.append(msg.id)
-    rt.outbox.mark_published(published)
-    return len(published)
+            done = STEPS[name](self.rt, self.app)
+        except Exception:  # a dependency down: log it and try again next period
+            log.warning("maintenance step %s failed; retrying in %gs", name,
+                        self.periods[name], exc_info=True)
+            return 0
+        if done:
+            log.info("maintenance step %s: %d done", name, done)
+        return done
+
+    def _loop(self, name: str) -> None:
+        while not self._stop.is_set():
+            self.run_once(name)
+            self._stop.wait(self.periods[name])
+
+    def start(self) -> Maintenance:
+        for thread in self._threads:
+            thread.start()
+        log.info("maintenance running: %s", ", ".join(
+            f"{n} every {p:g}s" for n, p in self.periods.items()))
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
 
 
-def reclaim(rt: WorkerRuntime, app: Celery, job: JobRecord) -> bool:
-    if job.attempts >= job.max_attempts:
-        return rt.jobs.fail(job.id, "lease_expired",
-                            f"worker stopped responding on attempt {job.attempts} of "
-                            f"{job.max_attempts}", attempt=job.attempts, only_if_expired=True)
-    msg = rt.jobs.requeue(job.id, job.attempts, queue=queue_for(job.pipeline), delay_s=0,
-                          code="lease_expired", message="worker stopped responding; retrying",
-                          only_if_expired=True)
-    publish_and_mark(app, rt.outbox, msg)
-    return msg is not None
-
-
-def reap_leases(rt: WorkerRuntime, app: Celery) -> int:
-    """Running jobs whose worker stopped heartbeating go back to the queue (or fail)."""
-    reaped = 0
-    for job in rt.jobs.expired_leases():
-        try:
-            reaped += int(reclaim(rt, app, job))
-        except Exception:  # one bad row must not stall the others
-            log.exception("could not reclaim job %s", job.id, extra={"job_id": job.id})
-    return reaped
-
-
-def sweep_stale_queued(rt: WorkerRuntime, app: Celery) -> int:
-    swept = 0
-    for job in rt.jobs.stale_queued(rt.settings.stale_queued_s):
-        try:
-            msg = rt.jobs.republish(job, queue_for(job.pipeline))
-            if msg is not None:
-                log.warning("job %s queued since %s: message re-sent", job.id,
-                            job.updated_at.isoformat(), extra={"job_id": job.id})
-                publish_and_mark(app, rt.outbox, msg)
-                swept += 1
-        except Exception:  # one bad row must not stall the others
-            log.exception("could not re-send job %s", job.id, extra={"job_id": job.id})
-    return swept
-
-
-def register(app: Celery) -> None:
-    @app.task(name="omnijobs.relay_outbox", shared=False, ignore_result=True)
-    def relay() -> int:
-        return relay_outbox(get_runtime(), app)
-
-    @app.task(name="omnijobs.reap_leases", shared=False, ignore_result=True)
-    def reap() -> int:
-        return reap_leases(get_runtime(), app)
-
-    @app.task(name="omnijobs.sweep_queued", shared=False, ignore_result=True)
-    def sweep() -> int:
-        return sweep_stale_queued(get_runtime(), app)
+def run(rt: WorkerRuntime, app: Celery, loglevel: str, concurrency: int = 4) -> None:
+    """The steps on their threads, and a Celery worker (threads pool) for the CPU queues
+    on the main thread, until a signal stops it."""
+    upkeep = Maintenance(rt, app).start()
+    argv = ["worker", "--pool=threads", f"--concurrency={concurrency}",
+            "-Q", ",".join(MAINTENANCE_QUEUES), f"--loglevel={loglevel}",
+            "-n", f"maintenance-{os.getpid()}@%h", "--without-gossip", "--without-mingle",
+            "-E"]
+    try:
+        app.worker_main(argv)
+    finally:
+        upkeep.stop()

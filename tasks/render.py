@@ -17,7 +17,14 @@ from typing import Any
 
 from celery import Celery
 
-from core.errors import EngineDead, JobCancelled, JobFailure, OmniJobsError, ServiceUnavailable
+from core.errors import (
+    EngineDead,
+    JobCancelled,
+    JobFailure,
+    JobTimedOut,
+    OmniJobsError,
+    ServiceUnavailable,
+)
 from core.jobs import JobKind, JobStatus
 from media.audio import AudioAggregator
 from pipelines import RunContext, SpeechRequest, VideoRequest, get_spec
@@ -28,6 +35,7 @@ from .finalize import cancelled_guard, finalize_speech, finalize_video
 from .lease import Lease
 from .metrics import FINALIZE_SECONDS, GENERATE_SECONDS, JOBS_FINISHED
 from .runtime import WorkerRuntime, get_runtime
+from .uploads import PatientStore, discard_uploads
 
 log = logging.getLogger(__name__)
 
@@ -51,15 +59,16 @@ def generate(rt: WorkerRuntime, job: JobRecord, lease: Lease) -> Any:
     raise JobFailure(f"job kind {job.kind.value} is not supported", code="unsupported_kind")
 
 
-def finalize(rt: WorkerRuntime, job: JobRecord, raw: Any, lease: Lease) -> list[OutputRecord]:
+def finalize(job: JobRecord, raw: Any, lease: Lease,
+             store: PatientStore) -> list[OutputRecord]:
     spec = get_spec(job.pipeline)
     guard = cancelled_guard(lease.lost_now)
     guard()
     if job.kind is JobKind.SPEECH:
         fmt = SpeechRequest.from_dict(job.request).response_format
-        return [finalize_speech(rt.store, job, spec, raw, fmt, guard)]
+        return [finalize_speech(store, job, spec, raw, fmt, guard)]
     return finalize_video(
-        rt.store, job, spec, raw, VideoRequest.from_dict(job.request), guard,
+        store, job, spec, raw, VideoRequest.from_dict(job.request), guard,
         lambda f: lease.report_progress(GENERATE_SHARE + (1 - GENERATE_SHARE) * f))
 
 
@@ -105,7 +114,7 @@ def complete(rt: WorkerRuntime, job: JobRecord, outputs: list[OutputRecord]) -> 
     commit whose reply was lost shows up as our attempt already completed."""
     for delay in (0.5, 1.0, 2.0, None):
         try:
-            if rt.jobs.complete(job.id, job.attempts, outputs):
+            if rt.jobs.complete(job.id, job.attempts, outputs, rt.settings.output_ttl_s):
                 return True
             now = rt.jobs.get(job.id)
             return bool(now and now.status is JobStatus.COMPLETED
@@ -120,35 +129,67 @@ def complete(rt: WorkerRuntime, job: JobRecord, outputs: list[OutputRecord]) -> 
 
 
 def _finish(rt: WorkerRuntime, app: Celery, job: JobRecord, raw: Any, lease: Lease) -> str:
+    store = PatientStore(rt.store, cancelled_guard(lease.lost_now), rt.settings.storage_retry_s)
     with lease:  # held until the job is recorded, so the reaper leaves it alone
         with FINALIZE_SECONDS.labels(job.pipeline).time():
             try:
-                outputs = finalize(rt, job, raw, lease)
+                outputs = finalize(job, raw, lease, store)
             except Exception as exc:
-                return record_failure(rt, app, job, exc)
+                result = record_failure(rt, app, job, stop_reason(lease, exc))
+                discard_uploads(rt, job, store.uploaded)
+                return result
         if not complete(rt, job, outputs):
             log.info("job %s finished but was no longer ours; result dropped", job.id,
                      extra={"job_id": job.id})
+            discard_uploads(rt, job, store.uploaded)
             return "lost"
     log.info("job %s completed", job.id, extra={"job_id": job.id})
     return "completed"
 
 
-def run_job(rt: WorkerRuntime, app: Celery, job_id: str) -> str | Future:
-    """Returns an outcome, or the Future of the finalize stage it handed off."""
-    job = rt.jobs.claim(job_id, rt.worker_id, rt.settings.lease_s)
+def timeout_error(limit_s: float) -> JobTimedOut:
+    return JobTimedOut(f"the job ran past its pipeline's maximum runtime ({limit_s:g} s)")
+
+
+def stop_reason(lease: Lease, exc: BaseException) -> BaseException:
+    """A pipeline that stopped because its lease ran past the maximum runtime (it saw
+    itself cancelled) timed out; it was not cancelled."""
+    if isinstance(exc, JobCancelled) and lease.overdue():
+        return timeout_error(lease.max_runtime_s)
+    return exc
+
+
+def timed_out(rt: WorkerRuntime, app: Celery, job: JobRecord, limit_s: float) -> None:
+    """On the lease's watchdog thread, past the maximum runtime: record ``timeout``
+    (retry or fail, a compare-and-set on our attempt), then recycle the process."""
+    try:
+        outcome = record_failure(rt, app, job, timeout_error(limit_s))
+        JOBS_FINISHED.labels(job.pipeline, f"timeout-{outcome}").inc()
+    except Exception:
+        log.exception("job %s timed out and could not be recorded; the reaper will",
+                      job.id, extra={"job_id": job.id})
+    rt.recycle()
+
+
+def run_job(rt: WorkerRuntime, app: Celery, job_id: str,
+            token: str | None = None) -> str | Future:
+    """Returns an outcome, or the Future of the finalize stage it handed off. Only the
+    message carrying the job's current dispatch ``token`` may claim it."""
+    job = rt.jobs.claim(job_id, rt.worker_id, rt.settings.lease_s, token)
     if job is None:
-        log.info("job %s not claimable (taken, cancelled or finished)", job_id,
-                 extra={"job_id": job_id})
+        log.info("job %s not claimable (taken, cancelled, finished or a superseded "
+                 "message)", job_id, extra={"job_id": job_id})
         return "skipped"
     log.info("job %s claimed (attempt %d)", job_id, job.attempts, extra={"job_id": job_id})
-    lease = Lease(rt.jobs, job.id, job.attempts, rt.settings.lease_s).start()
+    limit = rt.max_runtime_s(job.pipeline)
+    lease = Lease(rt.jobs, job.id, job.attempts, rt.settings.lease_s, limit,
+                  on_timeout=lambda: timed_out(rt, app, job, limit)).start()
     try:
         with GENERATE_SECONDS.labels(job.pipeline).time():
             raw = generate(rt, job, lease)
     except Exception as exc:
         lease.stop()
-        result = record_failure(rt, app, job, exc)
+        result = record_failure(rt, app, job, stop_reason(lease, exc))
         JOBS_FINISHED.labels(job.pipeline, result).inc()
         return result
     return rt.finalizer.submit(finish, rt, app, job, raw, lease)
@@ -171,9 +212,9 @@ def give_up(job_id: str, tries: int, exc: BaseException) -> None:
 def register(app: Celery) -> None:
     @app.task(name=RENDER_TASK, bind=True, shared=False, acks_late=True, reject_on_worker_lost=True,
               ignore_result=True, max_retries=START_RETRIES)
-    def render(self, job_id: str) -> str:
+    def render(self, job_id: str, token: str | None = None) -> str:
         try:
-            result = run_job(get_runtime(), app, job_id)
+            result = run_job(get_runtime(), app, job_id, token)
         except Exception as exc:
             # Failed before the job was claimed (e.g. the database is down): keep the
             # message alive instead of letting Celery acknowledge it into oblivion.

@@ -7,6 +7,7 @@ worker runs the solo pool, so nothing that touched an accelerator is ever forked
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import socket
@@ -14,7 +15,7 @@ from collections.abc import Callable
 from functools import cached_property
 
 from core.settings import Settings
-from pipelines import Pipeline, get_pipeline_class, import_pipeline_modules
+from pipelines import Pipeline, get_pipeline_class, get_spec, import_pipeline_modules
 from storage.db import make_engine, make_sessionmaker
 from storage.objects import ObjectStore, make_store
 from storage.repositories import (
@@ -26,6 +27,8 @@ from storage.repositories import (
 )
 
 from .pool import FinalizePool
+
+log = logging.getLogger(__name__)
 
 
 class WorkerRuntime:
@@ -58,6 +61,12 @@ class WorkerRuntime:
             self._pipelines[name] = instance
         return self._pipelines[name]
 
+    def max_runtime_s(self, name: str) -> float:
+        """The pipeline's maximum runtime: its spec's, or ``max_runtime_s`` in its
+        ``OMNIJOBS_PIPELINE_OPTIONS`` entry."""
+        options = self.settings.pipeline_options.get(name, {})
+        return float(options.get("max_runtime_s", get_spec(name).runtime_limit_s))
+
     def warm(self, names: list[str]) -> None:
         for name in names:
             self.pipeline(name)
@@ -67,6 +76,14 @@ class WorkerRuntime:
         process (a dead inference engine must not poison later jobs)."""
         self.restart_requested = True
         os.kill(os.getpid(), signal.SIGTERM)
+
+    def recycle(self) -> None:
+        """Exit now with RESTART_EXIT: a pipeline call stuck past its maximum runtime
+        cannot be interrupted, and a warm shutdown would wait for it forever. The
+        supervisor starts a fresh process; another job in flight here is reclaimed by the
+        reaper once its lease runs out."""
+        log.error("recycling the worker process (a job ran past its maximum runtime)")
+        os._exit(RESTART_EXIT)
 
 
 RESTART_EXIT = 75  # EX_TEMPFAIL: "start me again"

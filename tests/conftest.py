@@ -68,12 +68,15 @@ def stack_env(pg: str, redis: str, sw, home: Path, **extra: str) -> dict[str, st
         "OMNIJOBS_BROKER_URL": redis,
         "OMNIJOBS_OBJECT_STORE": "s3",
         "OMNIJOBS_S3_ENDPOINT_URL": sw.endpoint,
-        "OMNIJOBS_S3_BUCKET": "omnijobs-test",
+        # A bucket per stack: a stack's orphan sweep deletes whatever its database does
+        # not know, so stacks must never share one.
+        "OMNIJOBS_S3_BUCKET": "omnijobs-" + pg.rsplit("/", 1)[1].replace("_", "-")[-26:],
         "OMNIJOBS_S3_ACCESS_KEY_ID": sw.access_key,
         "OMNIJOBS_S3_SECRET_ACCESS_KEY": sw.secret_key,
         "OMNIJOBS_SIGNING_SECRET": "integration-test-signing-secret",
         "OMNIJOBS_PIPELINES": '["piper-joe", "reference-t2va", "test-silent", "test-slow", '
-                              '"test-video", "test-video-slow", "audex-tts", "minimax-h3"]',
+                              '"test-video", "test-video-slow", "audex-tts", "minimax-h3", '
+                              '"test-sleep", "test-fast", "test-stuck"]',
         "OMNIJOBS_PIPELINE_OPTIONS": json.dumps({
             "audex-tts": {"engine_factory": "tests.fake_omni:make_engine",
                           "tokenizer_factory": "tests.fake_omni:make_tokenizer",
@@ -84,6 +87,8 @@ def stack_env(pg: str, redis: str, sw, home: Path, **extra: str) -> dict[str, st
         "OMNIJOBS_OUTBOX_GRACE_S": "1",
         "OMNIJOBS_LEASE_S": "6",
         "OMNIJOBS_SYNC_WAIT_DEFAULT_S": "30",
+        "OMNIJOBS_MAINTENANCE_PERIODS": json.dumps({
+            "relay": 0.5, "reap": 0.5, "sweep_queued": 2, "retention": 1, "orphans": 1}),
     })
     env.update(extra)
     return env
@@ -99,14 +104,17 @@ def stack_db() -> Iterator[str]:
 def stack(stack_db, seaweedfs, tmp_path_factory) -> Iterator[Stack]:
     home = tmp_path_factory.mktemp("stack")
     env = stack_env(stack_db, redis_url(), seaweedfs, home)
-    port = free_port()
-    st = Stack(base_url=f"http://127.0.0.1:{port}", env=env)
-    # test-slow is left to the workers that the durability tests start and kill.
-    served = ["piper-joe", "reference-t2va", "test-silent", "test-video", "test-video-slow"]
+    port, metrics_port = free_port(), free_port()
+    st = Stack(base_url=f"http://127.0.0.1:{port}", env=env,
+               metrics_url=f"http://127.0.0.1:{metrics_port}/metrics")
+    # test-slow, test-fast and test-stuck are left to the workers that tests start and kill.
+    served = ["piper-joe", "reference-t2va", "test-silent", "test-video", "test-video-slow",
+              "test-sleep"]
     st.processes["worker"] = spawn(
-        "worker", ["worker", "--beat", *(a for p in served for a in ("--pipeline", p))], env,
-        home)
-    st.processes["api"] = spawn("api", ["api", "--port", str(port)], env, home)
+        "worker", ["worker", *(a for p in served for a in ("--pipeline", p))], env, home)
+    st.processes["maintenance"] = spawn("maintenance", ["maintenance"], env, home)
+    st.processes["api"] = spawn("api", ["api", "--port", str(port), "--metrics-port",
+                                        str(metrics_port)], env, home)
 
     def ready() -> bool:
         for proc in st.processes.values():
@@ -116,7 +124,8 @@ def stack(stack_db, seaweedfs, tmp_path_factory) -> Iterator[Stack]:
 
     try:
         wait_until(ready, 60, "API")
-        wait_until(lambda: "ready" in st.processes["worker"].log.read_text(), 60, "worker")
+        for name in ("worker", "maintenance"):
+            wait_until(lambda n=name: "ready" in st.processes[n].log.read_text(), 60, name)
         yield st
     finally:
         st.stop()

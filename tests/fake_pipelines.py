@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import logging
+import time
+
 import numpy as np
 
+from core.errors import JobCancelled
 from core.jobs import JobKind
 from pipelines import Pipeline, PipelineSpec, VideoLimits, register_pipeline
 from pipelines.base import OPENAI_VOICES, AudioPiece
@@ -20,21 +24,79 @@ class SilentSpeech(Pipeline):
         yield AudioPiece(np.zeros(16000, dtype=np.float32), 16000)
 
 
+log = logging.getLogger(__name__)
+
+
 @register_pipeline
 class SlowTone(Pipeline):
-    """A tone produced slowly, one chunk per 0.5 s: long enough to kill a worker mid-job."""
+    """A tone produced slowly, one chunk per 0.5 s: long enough to kill a worker mid-job.
+    Stops at the next chunk once cancelled, and logs how far it got."""
 
     spec = PipelineSpec(name="test-slow", kind=JobKind.SPEECH, models=("test-slow",),
                         sample_rate=16000, voices=OPENAI_VOICES)
 
     def speech(self, request, ctx):
-        import time
-
         t = np.arange(8000) / 16000
         for i in range(8):
             time.sleep(0.5)
+            if ctx.is_cancelled():
+                log.info("test-slow stopped after %d of 8 chunks", i,
+                         extra={"job_id": ctx.job_id})
+                raise JobCancelled("cancelled")
             ctx.report_progress((i + 1) / 8)
             yield AudioPiece((0.3 * np.sin(2 * np.pi * 330 * t)).astype(np.float32), 16000)
+
+
+@register_pipeline
+class Sleeper(Pipeline):
+    """Works for as many seconds as its input says (default 1), watching for a cancel,
+    then says half a second of tone."""
+
+    spec = PipelineSpec(name="test-sleep", kind=JobKind.SPEECH, models=("test-sleep",),
+                        sample_rate=16000, voices=OPENAI_VOICES)
+
+    def speech(self, request, ctx):
+        seconds = float(request.input) if request.input.replace(".", "", 1).isdigit() else 1
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            if ctx.is_cancelled():
+                raise JobCancelled("cancelled")
+            time.sleep(0.05)
+        yield AudioPiece(_tone(0.5), 16000)
+
+
+@register_pipeline
+class Fast(Pipeline):
+    """About 0.2 s of work per job: high counts in little time for the chaos tests."""
+
+    spec = PipelineSpec(name="test-fast", kind=JobKind.SPEECH, models=("test-fast",),
+                        sample_rate=16000, voices=OPENAI_VOICES)
+
+    def speech(self, request, ctx):
+        for i in range(4):
+            time.sleep(0.05)
+            ctx.report_progress((i + 1) / 4)
+        yield AudioPiece(_tone(0.5), 16000)
+
+
+@register_pipeline
+class Stuck(Pipeline):
+    """A call that hangs and never looks at cancellation (a wedged engine), on the attempts
+    listed in the ``stuck_attempts_file`` option (one line per attempt seen so far)."""
+
+    spec = PipelineSpec(name="test-stuck", kind=JobKind.SPEECH, models=("test-stuck",),
+                        sample_rate=16000, voices=OPENAI_VOICES)
+
+    def speech(self, request, ctx):
+        from pathlib import Path
+
+        seen = Path(self.options["stuck_attempts_file"])
+        with seen.open("a") as f:
+            f.write(ctx.job_id + "\n")
+        if seen.read_text().splitlines().count(ctx.job_id) <= int(
+                self.options.get("stuck_attempts", 1)):
+            time.sleep(600)
+        yield AudioPiece(_tone(0.5), 16000)
 
 
 def _tone(seconds: float, rate: int = 16000) -> np.ndarray:
@@ -199,12 +261,8 @@ class SlowVideo(Pipeline):
                                           default_fps=24))
 
     def video(self, request, ctx):
-        import time
-
         for step in range(1, 7):
             if ctx.is_cancelled():
-                from core.errors import JobCancelled
-
                 raise JobCancelled("cancelled")
             time.sleep(0.5)
             ctx.report_progress(step / 6)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import shutil
 import socket
 import subprocess
@@ -22,6 +23,8 @@ ROOT = Path(__file__).resolve().parent.parent
 PG_ADMIN = os.environ.get("OMNIJOBS_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
 REDIS = os.environ.get("OMNIJOBS_TEST_REDIS", "redis://127.0.0.1:6379")
 S3_KEY, S3_SECRET = "omnijobs-test", "omnijobs-test-secret-key"
+# An identity that may read and write objects but not create buckets.
+S3_LIMITED_KEY, S3_LIMITED_SECRET = "omnijobs-limited", "omnijobs-limited-secret-key"
 
 
 def unavailable(what: str) -> None:
@@ -86,18 +89,17 @@ def drop_database(url: str) -> None:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
-_REDIS_DBS = list(range(1, 16))
+_FREE_REDIS_DBS = random.sample(range(1, 16), 15)
 
 
 def redis_url() -> str:
-    """A Redis database of its own for each deployment a test session starts (so one
-    stack's workers never take another's messages), emptied first."""
-    import random
-
+    """A Redis database of its own (never one another stack of this run uses): two stacks
+    on one database would consume each other's render and webhook messages."""
     import redis
 
-    db = _REDIS_DBS.pop(random.randrange(len(_REDIS_DBS)))
-    url = f"{REDIS}/{db}"
+    if not _FREE_REDIS_DBS:
+        raise RuntimeError("all 15 Redis test databases are taken by this test run")
+    url = f"{REDIS}/{_FREE_REDIS_DBS.pop()}"
     try:
         client = redis.Redis.from_url(url, socket_connect_timeout=2)
         client.ping()
@@ -112,15 +114,36 @@ class SeaweedFS:
     endpoint: str
     proc: subprocess.Popen
     workdir: Path
+    cmd: list[str] = field(default_factory=list)
     access_key: str = S3_KEY
     secret_key: str = S3_SECRET
 
-    def stop(self) -> None:
+    def halt(self) -> None:
+        """Stop the server, keeping its data (``resume`` starts it again, same ports)."""
         self.proc.terminate()
         try:
             self.proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
             self.proc.kill()
+            self.proc.wait()
+
+    def resume(self) -> None:
+        with (self.workdir / "weed.log").open("ab") as log:
+            self.proc = subprocess.Popen(self.cmd, stdout=log, stderr=subprocess.STDOUT)
+        wait_until(self.ready, 60, "SeaweedFS S3 gateway")
+
+    def client(self, key: str = S3_KEY, secret: str = S3_SECRET):
+        import boto3
+
+        return boto3.client("s3", endpoint_url=self.endpoint, aws_access_key_id=key,
+                            aws_secret_access_key=secret, region_name="us-east-1")
+
+    def ready(self) -> bool:
+        self.client().list_buckets()
+        return True
+
+    def stop(self) -> None:
+        self.halt()
         shutil.rmtree(self.workdir, ignore_errors=True)
 
 
@@ -132,9 +155,12 @@ def start_seaweedfs(workdir: Path) -> SeaweedFS:
     # An identities file turns off anonymous access: expired or tampered presigned URLs
     # must be refused, or the expiry tests would prove nothing.
     config = workdir / "s3.json"
-    config.write_text(json.dumps({"identities": [{
-        "name": "omnijobs", "credentials": [{"accessKey": S3_KEY, "secretKey": S3_SECRET}],
-        "actions": ["Admin", "Read", "Write", "List", "Tagging"]}]}))
+    config.write_text(json.dumps({"identities": [
+        {"name": "omnijobs", "credentials": [{"accessKey": S3_KEY, "secretKey": S3_SECRET}],
+         "actions": ["Admin", "Read", "Write", "List", "Tagging"]},
+        {"name": "limited", "credentials": [{"accessKey": S3_LIMITED_KEY,
+                                             "secretKey": S3_LIMITED_SECRET}],
+         "actions": ["Read", "Write", "List"]}]}))
     ports: dict[str, int] = {}
     for name in ("master", "volume", "filer", "s3"):
         while (port := free_port_pair()) in ports.values():
@@ -148,18 +174,9 @@ def start_seaweedfs(workdir: Path) -> SeaweedFS:
     with (workdir / "weed.log").open("wb") as log:  # the child keeps its own descriptor
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
     endpoint = f"http://127.0.0.1:{ports['s3']}"
-    sw = SeaweedFS(endpoint=endpoint, proc=proc, workdir=workdir)
-
-    def ready() -> bool:
-        import boto3
-
-        s3 = boto3.client("s3", endpoint_url=endpoint, aws_access_key_id=S3_KEY,
-                          aws_secret_access_key=S3_SECRET, region_name="us-east-1")
-        s3.list_buckets()
-        return True
-
+    sw = SeaweedFS(endpoint=endpoint, proc=proc, workdir=workdir, cmd=cmd)
     try:
-        wait_until(ready, 60, "SeaweedFS S3 gateway")
+        wait_until(sw.ready, 60, "SeaweedFS S3 gateway")
     except TimeoutError as exc:
         tail = (workdir / "weed.log").read_text(errors="replace")[-3000:]
         sw.stop()
@@ -199,6 +216,7 @@ class Stack:
 
     base_url: str
     env: dict[str, str]
+    metrics_url: str = ""
     processes: dict[str, Process] = field(default_factory=dict)
 
     def cli(self, *args: str) -> str:

@@ -15,8 +15,20 @@ SERVICES = COMPOSE["services"]
 
 
 def test_topology_has_every_role():
-    assert {"api", "worker", "beat", "migrate", "redis", "postgres", "seaweedfs",
+    assert {"api", "worker", "maintenance", "migrate", "redis", "postgres", "seaweedfs",
             "bucket-init", "gpu-worker"} <= set(SERVICES)
+
+
+def test_maintenance_runs_once_and_apart_from_render_workers():
+    """One maintenance process; render workers never take maintenance work, so a render
+    backlog cannot hold up the relay or the reaper."""
+    roles = {name: svc["command"][1] for name, svc in SERVICES.items()
+             if isinstance(svc.get("command"), list) and svc["command"][0] == "omnijobs"}
+    assert [n for n, cmd in roles.items() if cmd in ("maintenance", "beat")] == ["maintenance"]
+    assert SERVICES["maintenance"].get("deploy", {}).get("replicas", 1) == 1
+    for name, cmd in roles.items():
+        if cmd == "worker":
+            assert not {"--beat", "-B", "--maintenance"} & set(SERVICES[name]["command"])
 
 
 def test_every_omnijobs_command_exists():
@@ -40,6 +52,6 @@ def test_gpu_worker_reserves_a_gpu_and_mounts_models():
 
 
 def test_production_services_run_in_production_mode():
-    for name in ("api", "worker", "beat", "gpu-worker"):
+    for name in ("api", "worker", "maintenance", "gpu-worker"):
         env = SERVICES[name]["environment"]
         assert env["OMNIJOBS_MODE"] == "production", name

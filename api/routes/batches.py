@@ -16,9 +16,10 @@ from storage.batch_views import BatchPublic, batch_view
 from storage.records import BatchRecord
 
 from ..deps import Services, services, tenant_id
+from ..guard import GuardedRoute
 from ..schemas import ListPage, check_metadata, page_of
 
-router = APIRouter(prefix="/v1/batches")
+router = APIRouter(prefix="/v1/batches", route_class=GuardedRoute)
 
 
 class BatchCreate(BaseModel):

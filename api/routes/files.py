@@ -19,9 +19,10 @@ from storage.records import FileRecord, NewFile
 from storage.repositories.files import file_key, new_file_id
 
 from ..deps import Services, services, tenant_id
+from ..guard import GuardedRoute, body_limit
 from ..schemas import ListPage, page_of
 
-router = APIRouter(prefix="/v1/files")
+router = APIRouter(prefix="/v1/files", route_class=GuardedRoute)
 
 UPLOAD_PURPOSES = ("batch",)
 FORM_OVERHEAD = 64 * 1024  # multipart boundaries and the purpose field
@@ -78,6 +79,7 @@ def store_file(svc: Services, tenant: str, upload: UploadFile, purpose: str) -> 
 
 
 @router.post("", response_model=FilePublic)
+@body_limit(max_body_bytes)
 async def create_file(request: Request, svc: Services = Depends(services),
                       tenant: str = Depends(tenant_id)) -> FilePublic:
     upload, purpose = await read_upload(request, svc)

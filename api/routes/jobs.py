@@ -5,14 +5,16 @@ from __future__ import annotations
 from fastapi import APIRouter, Depends, Query
 from fastapi.responses import StreamingResponse
 
-from core.errors import Conflict, NotFound
+from core.errors import Conflict, NotFound, OutputExpired
 from core.jobs import JobKind, JobStatus
+from storage.views import outputs_expired
 
 from ..deps import Services, services, tenant_id
+from ..guard import GuardedRoute
 from ..schemas import JobList, JobPublic
-from ..service import Page, get_job, job_public, list_page
+from ..service import Page, found, get_job, job_public, list_page
 
-router = APIRouter(prefix="/v1/jobs")
+router = APIRouter(prefix="/v1/jobs", route_class=GuardedRoute)
 
 
 @router.get("", response_model=JobList)
@@ -32,7 +34,7 @@ def retrieve_job(job_id: str, svc: Services = Depends(services),
 def cancel_job(job_id: str, svc: Services = Depends(services),
                tenant: str = Depends(tenant_id)) -> JobPublic:
     get_job(svc, tenant, job_id)
-    return job_public(svc, svc.jobs.cancel(job_id, tenant))
+    return job_public(svc, found(svc.jobs.cancel(job_id, tenant), job_id))
 
 
 def stream_output(svc: Services, job, index: int) -> StreamingResponse:
@@ -42,6 +44,8 @@ def stream_output(svc: Services, job, index: int) -> StreamingResponse:
     out = next((o for o in job.outputs if o.index == index), None)
     if out is None:
         raise NotFound(f"job {job.id} has no output {index}", param="index")
+    if outputs_expired(job):
+        raise OutputExpired(f"the outputs of job {job.id} have expired and were deleted")
     return StreamingResponse(svc.store.stream(out.key), media_type=out.content_type,
                              headers={"Content-Length": str(out.bytes),
                                       "X-Content-SHA256": out.sha256})

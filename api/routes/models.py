@@ -9,9 +9,10 @@ from fastapi import APIRouter, Depends
 from pipelines import all_specs
 
 from ..deps import Services, services, tenant_id
+from ..guard import GuardedRoute
 from ..schemas import ModelList, ModelPublic
 
-router = APIRouter()
+router = APIRouter(route_class=GuardedRoute)
 
 
 @router.get("/v1/models", response_model=ModelList)

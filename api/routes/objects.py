@@ -11,15 +11,18 @@ from core.errors import NotFound
 from storage.objects import OBJECTS_PATH, LocalStore
 
 from ..deps import Services, services
+from ..guard import GuardedRoute, public
 
-router = APIRouter()
+router = APIRouter(route_class=GuardedRoute)
 
 CONTENT_TYPES = {"mp3": "audio/mpeg", "opus": "audio/ogg", "aac": "audio/aac",
                  "flac": "audio/flac", "wav": "audio/wav", "pcm": "audio/pcm",
                  "mp4": "video/mp4"}
 
 
-@router.get(OBJECTS_PATH + "/{key:path}")
+@router.get(OBJECTS_PATH + "/{key:path}",
+            responses={403: {"description": "Bad or expired signature"}})
+@public
 def signed_object(key: str, expires: int = Query(), signature: str = Query(max_length=128),
                   svc: Services = Depends(services)) -> StreamingResponse:
     store = svc.store

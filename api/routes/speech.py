@@ -1,22 +1,33 @@
-"""``POST /v1/audio/speech``: OpenAI-compatible; waits for the job unless told not to."""
+"""``POST /v1/audio/speech``: OpenAI-compatible; waits for the job unless told not to.
+
+Once the job exists, no answer invites a resubmit (SDKs retry 5xx without an
+idempotency key, which would render the same text again): a wait that a dependency
+interrupts answers 202 with the job, and a result that cannot be read is an error with
+``x-should-retry: false``.
+"""
 
 from __future__ import annotations
+
+import logging
 
 from fastapi import APIRouter, Depends, Header
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, Response
 
-from core.errors import Conflict, InvalidRequest, RenderFailed, clip
+from core.errors import Conflict, InvalidRequest, RenderFailed, ResultUnavailable, clip
 from core.jobs import JobKind, JobStatus
 from core.settings import Settings
 from pipelines import PipelineSpec, SpeechRequest, resolve_model
+from storage.records import JobRecord
 
 from ..deps import Services, services, tenant_id
+from ..guard import GuardedRoute
 from ..schemas import SpeechCreate
 from ..service import job_public, parse_prefer, submit, wait_for
 from .webhooks import job_webhook
 
-router = APIRouter()
+log = logging.getLogger(__name__)
+router = APIRouter(route_class=GuardedRoute)
 
 
 def speech_job(settings: Settings, body: SpeechCreate) -> tuple[PipelineSpec, dict]:
@@ -32,11 +43,30 @@ def speech_job(settings: Settings, body: SpeechCreate) -> tuple[PipelineSpec, di
     return spec, fields
 
 
-def accepted(svc: Services, job, applied: str | None) -> JSONResponse:
+def accepted(svc: Services, job: JobRecord, applied: str | None) -> JSONResponse:
     headers = {"Location": f"/v1/jobs/{job.id}", "X-Job-Id": job.id}
     if applied:
         headers["Preference-Applied"] = applied
     return JSONResponse(job_public(svc, job).model_dump(), status_code=202, headers=headers)
+
+
+async def result(svc: Services, job: JobRecord, applied: str | None) -> Response:
+    """The waited-on job's answer: its bytes, its failure, or 202 while it runs."""
+    if job.status is JobStatus.COMPLETED:
+        out = job.outputs[0]
+        try:
+            data = await run_in_threadpool(svc.store.get, out.key)
+        except Exception as exc:
+            raise ResultUnavailable(
+                f"job {job.id} completed but its result cannot be read right now; fetch it "
+                f"with GET /v1/jobs/{job.id}/content") from exc
+        return Response(content=data, media_type=out.content_type, headers={"X-Job-Id": job.id})
+    if job.status is JobStatus.FAILED:
+        raise RenderFailed(f"job {job.id} failed: {job.error_message}",
+                           code=job.error_code or "job_failed")
+    if job.status is JobStatus.CANCELLED:
+        raise Conflict(f"job {job.id} was cancelled", code="job_cancelled")
+    return accepted(svc, job, applied)
 
 
 @router.post("/v1/audio/speech", responses={202: {"description": "Job accepted"}})
@@ -53,14 +83,11 @@ async def create_speech(body: SpeechCreate, svc: Services = Depends(services),
     wait = parse_prefer(prefer, svc.settings.sync_wait_default_s, svc.settings.sync_wait_max_s)
     if wait is None:
         return accepted(svc, job, "respond-async")
-    job = await wait_for(svc, job, wait)
-    if job.status is JobStatus.COMPLETED:
-        out = job.outputs[0]
-        data = await run_in_threadpool(svc.store.get, out.key)
-        return Response(content=data, media_type=out.content_type, headers={"X-Job-Id": job.id})
-    if job.status is JobStatus.FAILED:
-        raise RenderFailed(f"job {job.id} failed: {job.error_message}",
-                           code=job.error_code or "job_failed")
-    if job.status is JobStatus.CANCELLED:
-        raise Conflict(f"job {job.id} was cancelled", code="job_cancelled")
-    return accepted(svc, job, f"wait={int(wait)}" if prefer else None)
+    applied = f"wait={int(wait)}" if prefer else None
+    try:
+        job = await wait_for(svc, job, wait)
+    except Exception:  # the job exists: never answer in a way that invites a resubmit
+        log.warning("waiting for job %s failed; answering 202", job.id, exc_info=True,
+                    extra={"job_id": job.id})
+        return accepted(svc, job, None)
+    return await result(svc, job, applied)

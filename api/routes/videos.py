@@ -11,8 +11,9 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import ValidationError
 from starlette.datastructures import UploadFile
+from starlette.exceptions import HTTPException
 
-from core.errors import InvalidRequest, NotFound, clip
+from core.errors import InvalidRequest, clip
 from core.jobs import JobKind
 from core.settings import Settings
 from pipelines import PipelineSpec, VideoRequest, all_specs, resolve_model
@@ -20,25 +21,39 @@ from storage.objects import object_key
 from storage.views import video_view
 
 from ..deps import Services, services, tenant_id
-from ..schemas import VideoCreate, VideoDeleted, VideoList, VideoPublic
-from ..service import Page, get_job, list_page, submit
+from ..guard import GuardedRoute
+from ..schemas import VideoCreate, VideoDeleted, VideoList, VideoPublic, video_request_body
+from ..service import Page, found, get_job, list_page, not_found, submit
 from .jobs import stream_output
 from .webhooks import job_webhook
 
-router = APIRouter(prefix="/v1/videos")
+router = APIRouter(prefix="/v1/videos", route_class=GuardedRoute)
 
 POLL_AFTER_MS = "500"
+# No file part is accepted: one is refused at its headers, before its bytes are read.
+FORM_LIMITS = {"max_files": 0, "max_fields": 32}
+NO_FILES = InvalidRequest("file inputs (input_reference) are not supported",
+                          param="input_reference", code="unsupported_parameter")
+
+
+async def read_form(request: Request) -> dict:
+    try:
+        form = await request.form(**FORM_LIMITS)
+    except HTTPException as exc:
+        if exc.status_code != 400:
+            raise
+        raise (NO_FILES if "files" in str(exc.detail) else InvalidRequest(
+            f"invalid form: {exc.detail}")) from None
+    if any(isinstance(v, UploadFile) for v in form.values()):
+        raise NO_FILES
+    return {k: v for k, v in form.items() if v != ""}
 
 
 async def read_body(request: Request) -> dict:
     """JSON or multipart/form-data (what the OpenAI SDK sends)."""
     ctype = request.headers.get("content-type", "")
     if ctype.startswith(("multipart/form-data", "application/x-www-form-urlencoded")):
-        form = await request.form()
-        if any(isinstance(v, UploadFile) for v in form.values()):
-            raise InvalidRequest("file inputs (input_reference) are not supported",
-                                 param="input_reference", code="unsupported_parameter")
-        return {k: v for k, v in form.items() if v != ""}
+        return await read_form(request)
     try:
         body = await request.json()
     except (ValueError, RecursionError):
@@ -109,7 +124,7 @@ def video_public(svc: Services, job) -> VideoPublic:
     return video_view(job, svc.store, svc.settings.signed_url_ttl_s)
 
 
-@router.post("", response_model=VideoPublic)
+@router.post("", response_model=VideoPublic, openapi_extra=video_request_body())
 async def create_video(request: Request, svc: Services = Depends(services),
                        tenant: str = Depends(tenant_id),
                        idempotency_key: str | None = Header(default=None)) -> JSONResponse:
@@ -149,12 +164,12 @@ def delete_video(video_id: str, svc: Services = Depends(services),
     """Cancel first if still queued or running, then remove the objects and the record."""
     job = get_job(svc, tenant, video_id, JobKind.VIDEO)
     if not job.status.terminal:
-        job = svc.jobs.cancel(job.id, tenant)
+        job = found(svc.jobs.cancel(job.id, tenant), video_id, JobKind.VIDEO)
     keys = {o.key for o in job.outputs} | {
         object_key(job.tenant_id, job.id, i, "mp4") for i in range(int(job.request.get("n", 1)))}
     svc.store.delete(sorted(keys))
     if not svc.jobs.delete(job.id, tenant):
-        raise NotFound(f"no video with id '{clip(video_id)}'", param="id")
+        raise not_found(video_id, JobKind.VIDEO)
     return VideoDeleted(id=job.id)
 
 

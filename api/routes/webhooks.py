@@ -15,6 +15,7 @@ from storage.repositories.webhooks import EVENT_TYPES, default_events
 from storage.views import timestamp
 
 from ..deps import Services, services, tenant_id
+from ..guard import GuardedRoute
 from ..schemas import (
     EventTypeList,
     ListPage,
@@ -34,7 +35,7 @@ from ..schemas import (
 )
 from ..service import get_job
 
-router = APIRouter()
+router = APIRouter(route_class=GuardedRoute)
 ENDPOINTS = "/v1/webhook_endpoints"
 
 

@@ -1,6 +1,6 @@
 """webhooks: endpoints, secrets, per-job URLs, events, deliveries and attempts
 
-Revision ID: 0004
+Revision ID: 0002
 Revises: 0001
 Create Date: 2026-11-30
 """
@@ -8,7 +8,7 @@ Create Date: 2026-11-30
 from alembic import op
 import sqlalchemy as sa
 
-revision = '0004'
+revision = '0002'
 down_revision = '0001'
 branch_labels = None
 depends_on = None

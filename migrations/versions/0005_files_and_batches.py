@@ -13,6 +13,9 @@ down_revision = '0004'
 branch_labels = None
 depends_on = None
 
+QUOTA_INDEXES = (('ix_jobs_tenant_status', 'tenant_id'), ('ix_jobs_pipeline_status', 'pipeline'))
+INTERACTIVE = sa.text('batch_id IS NULL')
+
 
 def upgrade() -> None:
     op.create_table('batches',
@@ -78,9 +81,17 @@ def upgrade() -> None:
         batch_op.add_column(sa.Column('custom_id', sa.String(length=512), nullable=True))
         batch_op.create_index('ix_jobs_batch_status', ['batch_id', 'status'], unique=False)
         batch_op.create_foreign_key('fk_jobs_batch_id', 'batches', ['batch_id'], ['id'], ondelete='CASCADE')
+    # The interactive quotas count jobs of no batch only (batches have their own quota).
+    for name, column in QUOTA_INDEXES:
+        op.drop_index(name, table_name='jobs')
+        op.create_index(name, 'jobs', [column, 'status'], postgresql_where=INTERACTIVE,
+                        sqlite_where=INTERACTIVE)
 
 
 def downgrade() -> None:
+    for name, column in QUOTA_INDEXES:
+        op.drop_index(name, table_name='jobs')
+        op.create_index(name, 'jobs', [column, 'status'])
     with op.batch_alter_table('jobs', schema=None) as batch_op:
         batch_op.drop_constraint('fk_jobs_batch_id', type_='foreignkey')
         batch_op.drop_index('ix_jobs_batch_status')

@@ -9,6 +9,7 @@ and was taken over, changes nothing.
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime, timedelta
@@ -17,7 +18,7 @@ from sqlalchemy import and_, exists, func, or_, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from core.batches import BULK_LANE, COMPLETION_WINDOWS, EVENTS, BatchStatus, ending
-from core.errors import BatchQuotaExceeded
+from core.errors import BatchQuotaExceeded, InvalidRequest
 from core.jobs import JobStatus
 
 from ..models import Batch, BatchRejection, Job, OutboxMessage
@@ -33,17 +34,22 @@ from .bulk import insert_rows
 from .files import add_file
 from .jobs import ID_PREFIX, cancel_batch_jobs
 from .jobs import _record as job_record
+from .outbox import new_token
 from .webhooks import stage_batch_event
 
 ACTIVE = (BatchStatus.VALIDATING, BatchStatus.IN_PROGRESS, BatchStatus.FINALIZING,
           BatchStatus.CANCELLING)
 UNFINISHED_JOB = (JobStatus.QUEUED.value, JobStatus.RUNNING.value)
 CHUNK = 5000
-Queued = tuple[str, str]  # (job id, queue) of a job whose render message is to be sent
+Queued = tuple[str, str, str]  # (job id, queue, dispatch token) of a message to send
 
 
 def _now() -> datetime:
     return datetime.now(UTC)
+
+
+# Batch ids are minted here; anything else names no batch (and never reaches the database).
+BATCH_ID = re.compile(r"batch_[0-9a-f]{32}")
 
 
 def new_batch_id() -> str:
@@ -56,6 +62,18 @@ def _lease_free(now: datetime):
 
 def _unfinished():
     return exists().where(Job.batch_id == Batch.id, Job.status.in_(UNFINISHED_JOB))
+
+
+def _cursor(s: Session, tenant_id: str, after: str):
+    """(created_at, id) of the tenant's batch ``after``; an unknown one is an error, never
+    a restart at page one (a client paging through would loop)."""
+    row = s.execute(select(Batch.created_at, Batch.id).where(
+        Batch.id == after, Batch.tenant_id == tenant_id)).first() if BATCH_ID.fullmatch(
+        after) else None
+    if row is None:
+        raise InvalidRequest("'after' is not a batch of this list (unknown or deleted)",
+                             param="after", code="invalid_cursor")
+    return row
 
 
 def _record(b: Batch, counts: RequestCounts | None = None) -> BatchRecord:
@@ -118,6 +136,8 @@ class BatchRepository:
             return _record(batch, RequestCounts())
 
     def get(self, batch_id: str, tenant_id: str | None = None) -> BatchRecord | None:
+        if not BATCH_ID.fullmatch(batch_id):
+            return None
         with self._sessions() as s:
             q = select(Batch).where(Batch.id == batch_id)
             if tenant_id is not None:
@@ -130,9 +150,8 @@ class BatchRepository:
         """Newest first, cursor on (created_at, id); returns (page, has_more)."""
         with self._sessions() as s:
             q = select(Batch).where(Batch.tenant_id == tenant_id)
-            cursor = s.execute(select(Batch.created_at, Batch.id).where(
-                Batch.id == after, Batch.tenant_id == tenant_id)).first() if after else None
-            if cursor is not None:
+            if after is not None:
+                cursor = _cursor(s, tenant_id, after)
                 q = q.where((Batch.created_at < cursor[0])
                             | ((Batch.created_at == cursor[0]) & (Batch.id < cursor[1])))
             rows = s.scalars(q.order_by(Batch.created_at.desc(), Batch.id.desc())
@@ -247,12 +266,12 @@ class BatchRepository:
             stage_batch_event(s, tenant_id, batch_id, EVENTS[BatchStatus.FAILED])
             return True
 
-    def mark_published(self, batch_id: str) -> None:
-        """Every render message of the batch's jobs is with the broker (one statement)."""
+    def mark_published(self, job_ids: list[str]) -> None:
+        """These jobs' render messages are with the broker (the relay leaves them)."""
         with self._sessions.begin() as s:
             s.execute(update(OutboxMessage).where(
-                OutboxMessage.job_id.in_(select(Job.id).where(Job.batch_id == batch_id)),
-                OutboxMessage.published_at.is_(None)).values(published_at=_now()))
+                OutboxMessage.job_id.in_(job_ids), OutboxMessage.published_at.is_(None))
+                .values(published_at=_now()))
 
     # ---- finalization -------------------------------------------------------------------
 
@@ -341,17 +360,18 @@ class _Sink:
 
     def _job(self, line: BatchLine) -> None:
         new, now = line.job, self.now
-        job_id = ID_PREFIX[new.kind] + uuid.uuid4().hex
+        job_id, token = ID_PREFIX[new.kind] + uuid.uuid4().hex, new_token()
         self.jobs.append(dict(
             id=job_id, tenant_id=new.tenant_id, kind=new.kind.value, model=new.model,
             pipeline=new.pipeline, status=JobStatus.QUEUED.value, progress=0,
             request=new.request, metadata=new.metadata, attempts=0,
             max_attempts=new.max_attempts, created_at=now, updated_at=now,
-            batch_id=self.batch_id, batch_index=line.index, custom_id=line.custom_id))
+            dispatch_token=token, batch_id=self.batch_id, batch_index=line.index,
+            custom_id=line.custom_id))
         self.outbox.append(dict(topic="render", job_id=job_id, queue=new.queue,
-                                payload={"job_id": job_id, "lane": BULK_LANE},
+                                payload={"job_id": job_id, "token": token, "lane": BULK_LANE},
                                 created_at=now, available_at=now))
-        self.queued.append((job_id, new.queue))
+        self.queued.append((job_id, new.queue, token))
 
     def flush(self) -> None:
         insert_rows(self.s, Job.__table__, self.jobs)

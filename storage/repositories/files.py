@@ -3,14 +3,21 @@ what exists; the bytes are in the object store."""
 
 from __future__ import annotations
 
+import re
 import uuid
 from datetime import UTC, datetime
 
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session, sessionmaker
 
+from core.errors import InvalidRequest
+
 from ..models import File
 from ..records import FileRecord, NewFile
+
+# File ids are minted here; anything else names no file and is never sent to the
+# database (where a NUL byte is an error rather than a miss).
+FILE_ID = re.compile(r"file-[0-9a-f]{32}")
 
 
 def new_file_id() -> str:
@@ -45,6 +52,8 @@ class FileRepository:
             return add_file(s, new, datetime.now(UTC))
 
     def get(self, file_id: str, tenant_id: str | None = None) -> FileRecord | None:
+        if not FILE_ID.fullmatch(file_id):
+            return None
         with self._sessions() as s:
             q = select(File).where(File.id == file_id)
             if tenant_id is not None:
@@ -60,17 +69,17 @@ class FileRepository:
             q = select(File).where(File.tenant_id == tenant_id)
             if purpose is not None:
                 q = q.where(File.purpose == purpose)
-            cursor = s.execute(select(File.created_at, File.id).where(
-                File.id == after, File.tenant_id == tenant_id)).first() if after else None
             keys = (File.created_at, File.id)
-            if cursor is not None:
-                q = q.where(_beyond(keys, cursor, order))
+            if after is not None:
+                q = q.where(_beyond(keys, _cursor(s, tenant_id, after), order))
             q = q.order_by(*(k.desc() if order == "desc" else k.asc() for k in keys))
             rows = s.scalars(q.limit(limit + 1)).all()
             return [_record(f) for f in rows[:limit]], len(rows) > limit
 
     def delete(self, file_id: str, tenant_id: str) -> FileRecord | None:
         """Remove the row; returns what it was (its key is the caller's to delete)."""
+        if not FILE_ID.fullmatch(file_id):
+            return None
         with self._sessions.begin() as s:
             row = s.scalar(select(File).where(File.id == file_id, File.tenant_id == tenant_id))
             if row is None:
@@ -78,6 +87,17 @@ class FileRepository:
             record = _record(row)
             s.execute(delete(File).where(File.id == file_id))
             return record
+
+
+def _cursor(s: Session, tenant_id: str, after: str):
+    """(created_at, id) of the tenant's file ``after``; an unknown one is an error."""
+    row = s.execute(select(File.created_at, File.id).where(
+        File.id == after, File.tenant_id == tenant_id)).first() if FILE_ID.fullmatch(
+        after) else None
+    if row is None:
+        raise InvalidRequest("'after' is not a file of this list (unknown or deleted)",
+                             param="after", code="invalid_cursor")
+    return row
 
 
 def _beyond(keys, cursor, order: str):

@@ -12,17 +12,18 @@ from dataclasses import asdict
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import delete, func, select, update
-from sqlalchemy.exc import IntegrityError, InterfaceError, OperationalError
+from sqlalchemy import delete, func, or_, select, update
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
-from core.errors import MESSAGE_LIMIT, ServiceUnavailable
-from core.jobs import JobKind, JobStatus
+from core.errors import MESSAGE_LIMIT, InvalidRequest, TooManyRequests
+from core.jobs import TERMINAL, JobKind, JobStatus
 
-from ..models import Job, Output
+from ..models import Job, OutboxMessage, Output
 from ..records import JobRecord, NewJob, OutboxRecord, OutputRecord
 from .outbox import _record as outbox_record
-from .outbox import add_message
+from .outbox import add_render, new_token
+from .quotas import Quotas
 from .webhooks import stage_job_event, subscribe_job
 
 ID_PREFIX = {JobKind.SPEECH: "job_", JobKind.VIDEO: "video_"}
@@ -40,13 +41,28 @@ def _record(j: Job) -> JobRecord:
         max_attempts=j.max_attempts, error_code=j.error_code, error_message=j.error_message,
         created_at=j.created_at, updated_at=j.updated_at, started_at=j.started_at,
         completed_at=j.completed_at, lease_expires_at=j.lease_expires_at,
-        idempotency_key=j.idempotency_key,
+        idempotency_key=j.idempotency_key, dispatch_token=j.dispatch_token,
+        expires_at=j.expires_at, outputs_deleted_at=j.outputs_deleted_at,
         outputs=tuple(OutputRecord(
             index=o.index, key=o.key, content_type=o.content_type, bytes=o.bytes,
             sha256=o.sha256, duration_s=o.duration_s, sample_rate=o.sample_rate,
             channels=o.channels, width=o.width, height=o.height, fps=o.fps, frames=o.frames)
             for o in j.outputs),
     )
+
+
+def _after(s: Session, tenant_id: str, after: str, order: str):
+    """The rows past the cursor. An unknown (or deleted) cursor is an error, never a
+    restart at page one: a client paging through would loop."""
+    cursor = s.execute(select(Job.created_at, Job.id).where(
+        Job.id == after, Job.tenant_id == tenant_id)).first()
+    if cursor is None:
+        raise InvalidRequest("'after' is not a job of this list (unknown or deleted)",
+                             param="after", code="invalid_cursor")
+    if order == "desc":
+        return (Job.created_at < cursor[0]) | ((Job.created_at == cursor[0])
+                                               & (Job.id < cursor[1]))
+    return (Job.created_at > cursor[0]) | ((Job.created_at == cursor[0]) & (Job.id > cursor[1]))
 
 
 def cancel_batch_jobs(s: Session, batch_id: str, now: datetime) -> int:
@@ -61,8 +77,9 @@ def cancel_batch_jobs(s: Session, batch_id: str, now: datetime) -> int:
 
 
 class JobRepository:
-    def __init__(self, sessions: sessionmaker[Session]) -> None:
+    def __init__(self, sessions: sessionmaker[Session], quotas: Quotas | None = None) -> None:
         self._sessions = sessions
+        self._quotas = quotas  # admission for submits (the API's); None: no limits
 
     # ---- submit and read -------------------------------------------------------------
 
@@ -70,23 +87,26 @@ class JobRepository:
         """Insert the job and its render message in one transaction.
 
         With an idempotency key already used by the tenant, returns the existing job
-        and no message (nothing new to publish).
+        and no message (nothing new to publish), even when the quotas are full.
         """
         now = _now()
         job = Job(id=ID_PREFIX[new.kind] + uuid.uuid4().hex, tenant_id=new.tenant_id,
                   kind=new.kind.value, model=new.model, pipeline=new.pipeline,
                   status=JobStatus.QUEUED.value, progress=0, request=new.request,
                   metadata_=new.metadata, idempotency_key=new.idempotency_key, attempts=0,
-                  max_attempts=new.max_attempts, created_at=now, updated_at=now)
+                  max_attempts=new.max_attempts, created_at=now, updated_at=now,
+                  dispatch_token=new_token())
         try:
             with self._sessions.begin() as s:
+                if self._quotas is not None:
+                    self._quotas.admit(s, tenant_id=new.tenant_id, lane=new.lane,
+                                       pipeline=new.pipeline)
                 s.add(job)
                 s.flush()
                 subscribe_job(s, job.id, new.webhook)
-                msg = add_message(s, topic="render", job_id=job.id, queue=new.queue,
-                                  payload={"job_id": job.id})
+                msg = add_render(s, job.id, new.queue, job.dispatch_token)
                 return _record(job), outbox_record(msg)
-        except IntegrityError:
+        except (IntegrityError, TooManyRequests):
             if new.idempotency_key is None:
                 raise
             existing = self.get_by_idempotency_key(new.tenant_id, new.idempotency_key)
@@ -119,15 +139,7 @@ class JobRepository:
             if kind is not None:
                 q = q.where(Job.kind == kind.value)
             if after is not None:
-                cursor = s.execute(select(Job.created_at, Job.id).where(
-                    Job.id == after, Job.tenant_id == tenant_id)).first()
-                if cursor is not None:
-                    if order == "desc":
-                        q = q.where((Job.created_at < cursor[0])
-                                    | ((Job.created_at == cursor[0]) & (Job.id < cursor[1])))
-                    else:
-                        q = q.where((Job.created_at > cursor[0])
-                                    | ((Job.created_at == cursor[0]) & (Job.id > cursor[1])))
+                q = q.where(_after(s, tenant_id, after, order))
             if order == "desc":
                 q = q.order_by(Job.created_at.desc(), Job.id.desc())
             else:
@@ -137,12 +149,16 @@ class JobRepository:
 
     # ---- worker transitions ----------------------------------------------------------
 
-    def claim(self, job_id: str, worker_id: str, lease_s: float) -> JobRecord | None:
-        """queued -> running, attempts + 1, with a lease. None if someone else won."""
+    def claim(self, job_id: str, worker_id: str, lease_s: float,
+              token: str | None = None) -> JobRecord | None:
+        """queued -> running, attempts + 1, with a lease. None if someone else won, or if
+        ``token`` is not the job's current dispatch token (a superseded message)."""
         now = _now()
+        q = update(Job).where(Job.id == job_id, Job.status == JobStatus.QUEUED.value)
+        if token is not None:
+            q = q.where(Job.dispatch_token == token)
         with self._sessions.begin() as s:
-            res = s.execute(update(Job).where(
-                Job.id == job_id, Job.status == JobStatus.QUEUED.value).values(
+            res = s.execute(q.values(
                 status=JobStatus.RUNNING.value, attempts=Job.attempts + 1, worker_id=worker_id,
                 lease_expires_at=now + timedelta(seconds=lease_s), updated_at=now,
                 started_at=func.coalesce(Job.started_at, now), error_code=None,
@@ -167,22 +183,19 @@ class JobRepository:
         with self._sessions.begin() as s:
             return s.execute(self._running(job_id, attempt).values(**values)).rowcount == 1
 
-    def complete(self, job_id: str, attempt: int, outputs: list[OutputRecord]) -> bool:
+    def complete(self, job_id: str, attempt: int, outputs: list[OutputRecord],
+                 output_ttl_s: float) -> bool:
         """Outputs + running -> completed in one transaction; nothing written if we lost.
+        The outputs expire ``output_ttl_s`` after completion.
 
         A dropped connection is ServiceUnavailable (retryable): the caller may try again.
         """
-        try:
-            return self._complete(job_id, attempt, outputs)
-        except (OperationalError, InterfaceError) as exc:
-            raise ServiceUnavailable("database unavailable while completing a job") from exc
-
-    def _complete(self, job_id: str, attempt: int, outputs: list[OutputRecord]) -> bool:
         now = _now()
         with self._sessions.begin() as s:
             res = s.execute(self._running(job_id, attempt).values(
                 status=JobStatus.COMPLETED.value, progress=100, completed_at=now,
-                updated_at=now, lease_expires_at=None))
+                updated_at=now, lease_expires_at=None,
+                expires_at=now + timedelta(seconds=output_ttl_s)))
             if res.rowcount != 1:
                 return False
             s.execute(delete(Output).where(Output.job_id == job_id))
@@ -215,7 +228,7 @@ class JobRepository:
         ``only_if_expired`` (the reaper) also requires the lease to have run out, so a
         heartbeat that lands between the reaper's read and this write keeps the job.
         """
-        now = _now()
+        now, token = _now(), new_token()
         q = self._running(job_id, attempt)
         if only_if_expired:
             q = q.where(Job.lease_expires_at < now)
@@ -223,12 +236,10 @@ class JobRepository:
             res = s.execute(q.values(
                 status=JobStatus.QUEUED.value, worker_id=None, lease_expires_at=None,
                 progress=0, updated_at=now, error_code=code[:64],
-                error_message=message[:MESSAGE_LIMIT]))
+                error_message=message[:MESSAGE_LIMIT], dispatch_token=token))
             if res.rowcount != 1:
                 return None
-            msg = add_message(s, topic="render", job_id=job_id, queue=queue,
-                              payload={"job_id": job_id}, delay_s=delay_s)
-            return outbox_record(msg)
+            return outbox_record(add_render(s, job_id, queue, token, delay_s))
 
     def cancel(self, job_id: str, tenant_id: str) -> JobRecord | None:
         """queued|running -> cancelled. Returns the job as it stands afterwards."""
@@ -251,28 +262,84 @@ class JobRepository:
             return [_record(j) for j in rows]
 
     def stale_queued(self, older_than_s: float, limit: int = 100) -> list[JobRecord]:
-        """Queued jobs untouched for a long time: their message may have been lost."""
+        """Queued jobs whose render message went out (and became due) more than
+        ``older_than_s`` ago: candidates for a lost message. A job whose message is still
+        in the outbox belongs to the relay, not here."""
         cutoff = _now() - timedelta(seconds=older_than_s)
+        pending = select(OutboxMessage.id).where(
+            OutboxMessage.job_id == Job.id,
+            or_(OutboxMessage.published_at.is_(None), OutboxMessage.available_at > cutoff))
         with self._sessions() as s:
             rows = s.scalars(select(Job).where(
-                Job.status == JobStatus.QUEUED.value, Job.updated_at < cutoff)
-                .order_by(Job.updated_at).limit(limit)).all()
+                Job.status == JobStatus.QUEUED.value, Job.updated_at < cutoff,
+                ~pending.exists()).order_by(Job.updated_at).limit(limit)).all()
             return [_record(j) for j in rows]
 
     def republish(self, job: JobRecord, queue: str) -> OutboxRecord | None:
-        """A fresh render message for a stale queued job (CAS on its ``updated_at``, so
-        two sweepers don't both republish it)."""
-        now = _now()
+        """A fresh render message (and token) for a job whose message was lost. A CAS on the
+        token the sweeper saw, so two sweepers don't both re-send it, and the lost message,
+        should it turn up after all, can no longer claim the job."""
+        now, token = _now(), new_token()
+        seen = (Job.dispatch_token.is_(None) if job.dispatch_token is None
+                else Job.dispatch_token == job.dispatch_token)
         with self._sessions.begin() as s:
             res = s.execute(update(Job).where(
-                Job.id == job.id, Job.status == JobStatus.QUEUED.value,
-                Job.updated_at == job.updated_at).values(updated_at=now))
+                Job.id == job.id, Job.status == JobStatus.QUEUED.value, seen).values(
+                updated_at=now, dispatch_token=token))
             if res.rowcount != 1:
                 return None
-            return outbox_record(add_message(s, topic="render", job_id=job.id, queue=queue,
-                                             payload={"job_id": job.id}))
+            return outbox_record(add_render(s, job.id, queue, token))
 
     def delete(self, job_id: str, tenant_id: str) -> bool:
         with self._sessions.begin() as s:
             return s.execute(delete(Job).where(
                 Job.id == job_id, Job.tenant_id == tenant_id)).rowcount == 1
+
+    # ---- retention -------------------------------------------------------------------
+
+    def outputs_to_expire(self, limit: int = 100) -> list[JobRecord]:
+        """Completed jobs past ``expires_at`` whose objects are not deleted yet."""
+        with self._sessions() as s:
+            rows = s.scalars(select(Job).where(
+                Job.expires_at <= _now(), Job.outputs_deleted_at.is_(None))
+                .order_by(Job.expires_at).limit(limit)).all()
+            return [_record(j) for j in rows]
+
+    def mark_outputs_deleted(self, job_id: str) -> bool:
+        now = _now()
+        with self._sessions.begin() as s:
+            return s.execute(update(Job).where(Job.id == job_id).values(
+                outputs_deleted_at=now, updated_at=now)).rowcount == 1
+
+    def finished_before(self, older_than_s: float, limit: int = 100) -> list[JobRecord]:
+        """Jobs that ended more than ``older_than_s`` ago: their records may go."""
+        cutoff = _now() - timedelta(seconds=older_than_s)
+        with self._sessions() as s:
+            rows = s.scalars(select(Job).where(
+                Job.completed_at < cutoff, Job.status.in_([t.value for t in TERMINAL]))
+                .order_by(Job.completed_at).limit(limit)).all()
+            return [_record(j) for j in rows]
+
+    def delete_finished(self, job_id: str) -> bool:
+        with self._sessions.begin() as s:
+            return s.execute(delete(Job).where(
+                Job.id == job_id, Job.status.in_([t.value for t in TERMINAL]))).rowcount == 1
+
+    def live_keys(self, job_ids: list[str]) -> dict[str, frozenset[str] | None]:
+        """For the orphan sweep: per existing job, the object keys it still owns, or None
+        while it is queued or running (anything under its prefix may be in flight). A job
+        missing from the answer no longer exists: everything under its prefix is orphaned."""
+        if not job_ids:
+            return {}
+        with self._sessions() as s:
+            rows = s.scalars(select(Job).where(Job.id.in_(job_ids))).all()
+            return {j.id: _owned_keys(j) for j in rows}
+
+
+def _owned_keys(j: Job) -> frozenset[str] | None:
+    status = JobStatus(j.status)
+    if not status.terminal:
+        return None
+    if status is JobStatus.COMPLETED and j.outputs_deleted_at is None:
+        return frozenset(o.key for o in j.outputs)
+    return frozenset()

@@ -2,15 +2,31 @@
 
 from __future__ import annotations
 
+import uuid
 from datetime import UTC, datetime, timedelta
 
-from sqlalchemy import select, update
+from sqlalchemy import delete, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from core.batches import BULK_LANE
 
 from ..models import Job, OutboxMessage
 from ..records import OutboxRecord
+
+
+def new_token() -> str:
+    """A job's dispatch token: only a render message carrying the job's current token may
+    claim it, so a superseded copy (re-sent, redelivered, restored by the broker) is a
+    no-op."""
+    return uuid.uuid4().hex
+
+
+def add_render(s: Session, job_id: str, queue: str, token: str,
+               delay_s: float = 0.0) -> OutboxMessage:
+    """Stage the render message carrying ``token`` (which the caller has just written on
+    the job) inside the caller's transaction."""
+    return add_message(s, topic="render", job_id=job_id, queue=queue,
+                       payload={"job_id": job_id, "token": token}, delay_s=delay_s)
 
 
 def add_message(s: Session, *, topic: str, job_id: str, queue: str, payload: dict,
@@ -62,3 +78,17 @@ class OutboxRepository:
         with self._sessions.begin() as s:
             s.execute(update(OutboxMessage).where(OutboxMessage.id.in_(ids))
                       .values(published_at=datetime.now(UTC)))
+
+    def prune(self, older_than_s: float) -> int:
+        """Delete messages published more than ``older_than_s`` ago: they did their work."""
+        cutoff = datetime.now(UTC) - timedelta(seconds=older_than_s)
+        with self._sessions.begin() as s:
+            return s.execute(delete(OutboxMessage).where(
+                OutboxMessage.published_at < cutoff)).rowcount
+
+    def for_job(self, job_id: str) -> list[OutboxRecord]:
+        with self._sessions() as s:
+            rows = s.scalars(select(OutboxMessage).where(OutboxMessage.job_id == job_id)
+                             .order_by(OutboxMessage.id)).all()
+            return [_record(m) for m in rows]
+

@@ -10,6 +10,7 @@ delivery tasks; a lock that expires (a killed worker) is simply dispatched again
 from __future__ import annotations
 
 import base64
+import re
 import secrets
 import uuid
 from dataclasses import asdict
@@ -19,6 +20,8 @@ from urllib.parse import urlsplit
 from sqlalchemy import delete, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
+
+from core.errors import InvalidRequest
 
 from ..models import (
     Job,
@@ -43,6 +46,9 @@ JOB_EVENTS = ("started", "completed", "failed", "cancelled")
 EVENT_TYPES = (*(f"{kind}.{e}" for kind in ("speech", "video") for e in JOB_EVENTS),
                "batch.completed", "batch.failed", "batch.cancelled", "batch.expired")
 ROTATION_GRACE = timedelta(hours=24)
+# Endpoint ids are minted here ("we_" + a UUID's hex); anything else names no endpoint and
+# is never sent to the database (where a NUL byte is an error rather than a miss).
+ENDPOINT_ID = re.compile(r"we_[0-9a-f]{32}")
 
 PENDING, SUCCEEDED, FAILED, STOPPED = "pending", "succeeded", "failed", "stopped"
 
@@ -148,6 +154,8 @@ class WebhookRepository:
 
     def _owned(self, s: Session, tenant_id: str, endpoint_id: str
                ) -> tuple[WebhookEndpoint, WebhookSecret] | None:
+        if not ENDPOINT_ID.fullmatch(endpoint_id):
+            return None
         row = s.execute(select(WebhookEndpoint, WebhookSecret).join(
             WebhookSecret, WebhookSecret.owner_id == WebhookEndpoint.id).where(
             WebhookEndpoint.id == endpoint_id, WebhookEndpoint.tenant_id == tenant_id)).first()
@@ -165,9 +173,14 @@ class WebhookRepository:
             q = select(WebhookEndpoint, WebhookSecret.secret).join(
                 WebhookSecret, WebhookSecret.owner_id == WebhookEndpoint.id).where(
                 WebhookEndpoint.tenant_id == tenant_id)
-            cursor = s.execute(select(WebhookEndpoint.created_at, WebhookEndpoint.id).where(
-                WebhookEndpoint.id == after, WebhookEndpoint.tenant_id == tenant_id)).first()
-            if cursor is not None:
+            if after is not None:
+                cursor = None if not ENDPOINT_ID.fullmatch(after) else s.execute(
+                    select(WebhookEndpoint.created_at, WebhookEndpoint.id).where(
+                        WebhookEndpoint.id == after,
+                        WebhookEndpoint.tenant_id == tenant_id)).first()
+                if cursor is None:
+                    raise InvalidRequest("'after' is not an endpoint of this list (unknown "
+                                         "or deleted)", param="after", code="invalid_cursor")
                 q = q.where((WebhookEndpoint.created_at < cursor[0])
                             | ((WebhookEndpoint.created_at == cursor[0])
                                & (WebhookEndpoint.id < cursor[1])))
@@ -192,6 +205,8 @@ class WebhookRepository:
             return _endpoint_record(endpoint, secret.secret)
 
     def delete_endpoint(self, tenant_id: str, endpoint_id: str) -> bool:
+        if not ENDPOINT_ID.fullmatch(endpoint_id):
+            return False
         with self._sessions.begin() as s:
             gone = s.execute(delete(WebhookEndpoint).where(
                 WebhookEndpoint.id == endpoint_id,

@@ -1,6 +1,7 @@
-"""The batch tests' own deployment: API, a render worker, and a maintenance worker (beat,
-the batch step, webhook deliveries) over their own database and Redis database, sharing
-the session's SeaweedFS. Its own so that bulk queues never reach another test's workers."""
+"""The batch tests' own deployment: API, a render worker and the maintenance process (the
+batch step, webhook deliveries) over their own database, Redis database and bucket,
+sharing the session's SeaweedFS. Its own so that bulk queues never reach another test's
+workers."""
 
 from __future__ import annotations
 
@@ -35,10 +36,9 @@ def batch_stack(seaweedfs, tmp_path_factory) -> Iterator[Stack]:
     st = Stack(base_url=f"http://127.0.0.1:{port}", env=env)
     try:
         st.processes["api"] = spawn("api", ["api", "--port", str(port)], env, home)
-        st.processes["render"] = spawn("render", ["worker", "--no-maintenance", *(
+        st.processes["render"] = spawn("render", ["worker", *(
             a for p in RENDERED for a in ("--pipeline", p))], env, home)
-        st.processes["maintenance"] = spawn(
-            "maintenance", ["worker", "--beat", "--pipeline", "test-snapshots"], env, home)
+        st.processes["maintenance"] = spawn("maintenance", ["maintenance"], env, home)
         wait_until(lambda: httpx.get(f"{st.base_url}/readyz", timeout=2).status_code == 200,
                    60, "API")
         for name in ("render", "maintenance"):
@@ -50,8 +50,7 @@ def batch_stack(seaweedfs, tmp_path_factory) -> Iterator[Stack]:
 
 
 def start_worker(st: Stack, name: str, *pipelines: str) -> Process:
-    proc = spawn(name, ["worker", "--no-maintenance", *(a for p in pipelines
-                                                        for a in ("--pipeline", p))],
+    proc = spawn(name, ["worker", *(a for p in pipelines for a in ("--pipeline", p))],
                  st.env, st.processes["api"].log.parent)
     st.processes[name] = proc
     wait_until(lambda: "ready" in proc.log.read_text(), 90, name)

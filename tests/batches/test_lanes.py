@@ -3,6 +3,7 @@ publisher's messages on Redis, as Celery's own ``send_task`` would write them.""
 
 from __future__ import annotations
 
+import base64
 import json
 from pathlib import Path
 
@@ -40,8 +41,8 @@ def take(app, queues: list[str], count: int) -> list[str]:
 
 
 def test_the_embedded_broker_serves_interactive_jobs_before_bulk_ones(folder_app):
-    publish_bulk(folder_app, [(f"bulk-{i}", "pipeline.a") for i in range(5)]
-                 + [("bulk-b", "pipeline.b")])
+    publish_bulk(folder_app, [(f"bulk-{i}", "pipeline.a", "t") for i in range(5)]
+                 + [("bulk-b", "pipeline.b", "t")], lambda ids: None)
     for job_id, queue in (("now-a", "pipeline.a"), ("now-b", "pipeline.b")):
         publish(folder_app, OutboxRecord(0, "render", job_id, queue, {"job_id": job_id},
                                          available_at=_past()))
@@ -59,7 +60,8 @@ def test_a_relayed_bulk_message_stays_in_the_bulk_lane(folder_app):
 
 
 def test_the_embedded_broker_never_shows_a_half_written_message(folder_app, tmp_path):
-    publish_bulk(folder_app, [(f"bulk-{i}", "pipeline.a") for i in range(50)])
+    publish_bulk(folder_app, [(f"bulk-{i}", "pipeline.a", "t") for i in range(50)],
+                 lambda ids: None)
     names = [p.name for p in Settings(home=tmp_path).broker_folder.iterdir() if p.is_file()]
     assert len(names) == 50 and all(n.startswith("p9-") and n.endswith(".pipeline.a.msg")
                                     for n in names)
@@ -68,7 +70,10 @@ def test_the_embedded_broker_never_shows_a_half_written_message(folder_app, tmp_
 def test_bulk_messages_are_celerys_own_in_the_lowest_priority_list(tmp_path):
     url = redis_url()
     app = make_celery(Settings(home=tmp_path, broker_url=url), with_tasks=False)
-    publish_bulk(app, [(f"job_{i:032x}", "pipeline.x") for i in range(2500)])
+    published: list[str] = []
+    publish_bulk(app, [(f"job_{i:032x}", "pipeline.x", f"token-{i}") for i in range(2500)],
+                 published.extend)
+    assert published == [f"job_{i:032x}" for i in range(2500)]  # each chunk, once sent
     client = redis.Redis.from_url(url)
     assert client.llen("pipeline.x") == 0
     assert client.llen(f"pipeline.x\x06\x16{BULK_PRIORITY}") == 2500
@@ -86,6 +91,8 @@ def test_bulk_messages_are_celerys_own_in_the_lowest_priority_list(tmp_path):
     ids = {json.loads(m)["headers"]["id"] for m in client.lrange(
         f"pipeline.x\x06\x16{BULK_PRIORITY}", 0, -1)}
     assert len(ids) == 2500  # a task id of its own each
+    body = json.loads(base64.b64decode(ours["body"]))
+    assert body[0] == ["job_" + "0" * 32, "token-0"]  # the job and its dispatch token
 
 
 def _past():

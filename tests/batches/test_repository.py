@@ -75,16 +75,20 @@ def test_expansion_inserts_every_job_message_and_refusal_at_once(repos):
     assert got.status is BatchStatus.IN_PROGRESS and got.in_progress_at is not None
     assert (got.counts.total, got.counts.completed, got.counts.failed) == (12_345, 0, 2)
     assert repos.count(Job, Job.batch_id == batch.id, Job.status == "queued") == 12_343
-    ours = {job_id for job_id, _ in queued}
+    ours = {job_id for job_id, _, _ in queued}
     messages = [m for m in repos.outbox.due(grace_s=0, limit=100_000) if m.job_id in ours]
     assert len(messages) == 12_343
     assert {m.payload["lane"] for m in messages} == {BULK_LANE}
+    tokens = {job_id: token for job_id, _, token in queued}
+    assert all(m.payload["token"] == tokens[m.job_id] for m in messages)
     job = repos.jobs.get(queued[0][0], repos.tenant)
+    assert job.dispatch_token == tokens[job.id]
+    assert repos.jobs.claim(job.id, "w", 60, token="stale") is None  # tokens are real
     assert job.request == {"input": "line 0"} and job.status is JobStatus.QUEUED
     assert [r.line for r in repos.batches.rejections(batch.id)] == [3, 12_000]
     lines = [(i, c) for i, c, _ in repos.batches.results(batch.id, page=1000)]
     assert lines == [(i, f"c{i}") for i in range(12_345) if i not in (3, 12_000)]
-    repos.batches.mark_published(batch.id)
+    repos.batches.mark_published(list(ours))
     assert not [m for m in repos.outbox.due(grace_s=0, limit=100_000) if m.job_id in ours]
 
 
@@ -137,7 +141,7 @@ def test_the_bulk_quota_counts_unfinished_batches_only(repos):
 def test_cancel_cancels_queued_and_running_jobs_in_one_step(repos):
     batch, queued = repos.expanded(5)
     done = repos.jobs.claim(queued[0][0], "w", 60)
-    assert repos.jobs.complete(done.id, done.attempts, [])
+    assert repos.jobs.complete(done.id, done.attempts, [], 3600)
     running = repos.jobs.claim(queued[1][0], "w", 60)
     assert repos.batches.cancel(batch.id, repos.tenant).status is BatchStatus.CANCELLING
     assert repos.jobs.get(running.id).status is JobStatus.CANCELLED
@@ -156,9 +160,9 @@ def test_completion_and_expiry_end_the_batch_with_files_and_an_event(repos):
                                                            "speech.completed"])
     batch, queued = repos.expanded(2)
     assert repos.batches.begin_finalize(batch.id, LEASE_S) is None  # jobs still queued
-    for job_id, _ in queued:
+    for job_id, _, _ in queued:
         claimed = repos.jobs.claim(job_id, "w", 60)
-        repos.jobs.complete(job_id, claimed.attempts, [])
+        repos.jobs.complete(job_id, claimed.attempts, [], 3600)
     assert (batch.id, BatchStatus.IN_PROGRESS) in repos.batches.due()
     token = repos.batches.begin_finalize(batch.id, LEASE_S)
     assert repos.batches.get(batch.id).status is BatchStatus.FINALIZING
@@ -171,15 +175,15 @@ def test_completion_and_expiry_end_the_batch_with_files_and_an_event(repos):
     log = repos.hooks.deliveries_for_job(repos.tenant, batch.id)
     assert [d.event_type for d in log] == ["batch.completed"]
     assert log[0].endpoint_id == endpoint.id
-    assert all(repos.hooks.deliveries_for_job(repos.tenant, j) == [] for j, _ in queued)
+    assert all(repos.hooks.deliveries_for_job(repos.tenant, j) == [] for j, _, _ in queued)
     alone = repos.jobs.create(repos.line(0).job)[0]  # a job of no batch still reports
-    repos.jobs.complete(alone.id, repos.jobs.claim(alone.id, "w", 60).attempts, [])
+    repos.jobs.complete(alone.id, repos.jobs.claim(alone.id, "w", 60).attempts, [], 3600)
     assert [d.event_type for d in repos.hooks.deliveries_for_job(repos.tenant, alone.id)] == [
         "speech.completed"]
 
     late, queued = repos.expanded(3)
     claimed = repos.jobs.claim(queued[0][0], "w", 60)
-    repos.jobs.complete(claimed.id, claimed.attempts, [])
+    repos.jobs.complete(claimed.id, claimed.attempts, [], 3600)
     repos.jobs.claim(queued[1][0], "w", 60)
     with repos.sessions.begin() as s:
         s.execute(update(Batch).where(Batch.id == late.id).values(
@@ -227,3 +231,15 @@ def test_cancel_while_validating_creates_nothing(repos):
     ended = repos.batches.finish(batch.id, repos.batches.take(
         batch.id, BatchStatus.CANCELLING, LEASE_S), None, None)
     assert ended.status is BatchStatus.CANCELLED and ended.counts.total == 0
+
+
+def test_batch_jobs_never_count_against_the_interactive_quotas(repos):
+    from core.errors import TooManyRequests
+    from storage.repositories.quotas import INTERACTIVE, Quota, Quotas
+
+    repos.expanded(5)  # five queued batch jobs of this tenant, on piper-joe
+    interactive = JobRepository(repos.sessions, Quotas({INTERACTIVE: Quota(2, 10_000)}))
+    for _ in range(2):
+        interactive.create(repos.line(0).job)
+    with pytest.raises(TooManyRequests):
+        interactive.create(repos.line(0).job)

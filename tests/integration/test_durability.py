@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+import json
 import signal
-import time
 
 import httpx
 import pytest
@@ -18,7 +18,7 @@ def key(stack) -> str:
 
 
 def start_slow_worker(stack, name: str):
-    proc = spawn(name, ["worker", "--pipeline", "test-slow", "--no-maintenance"], stack.env,
+    proc = spawn(name, ["worker", "--pipeline", "test-slow"], stack.env,
                  stack.processes["worker"].log.parent)
     stack.processes[name] = proc
     wait_until(lambda: "ready" in proc.log.read_text(), 60, name)
@@ -27,7 +27,7 @@ def start_slow_worker(stack, name: str):
 
 def test_job_submitted_while_broker_down_is_published_by_the_relay(stack, key):
     """An API whose broker is unreachable still accepts the job (outbox); the relay in the
-    healthy worker publishes it and it completes."""
+    maintenance process publishes it and it completes."""
     port = free_port()
     env = dict(stack.env, OMNIJOBS_BROKER_URL="redis://127.0.0.1:1/0")
     api = spawn("api-nobroker", ["api", "--port", str(port)], env,
@@ -64,19 +64,34 @@ def test_killed_worker_job_is_reclaimed_and_completed(stack, key):
     assert job["outputs"][0]["duration_s"] == pytest.approx(4.0, abs=0.1)
 
 
-def test_cancel_running_job_stops_it(stack, key):
-    if "slow-b" not in stack.processes:
-        start_slow_worker(stack, "slow-b")
+def test_cancel_running_job_stops_it(stack, key, seaweedfs):
+    """The pipeline stops at its next chunk (it logs how far it got: fewer than its 8
+    chunks) and nothing reaches the store."""
+    worker = stack.processes.get("slow-b") or start_slow_worker(stack, "slow-b")
     with stack.client(key) as c:
         job_id = c.post("/v1/audio/speech", headers={"Prefer": "respond-async"},
                         json={"model": "test-slow", "input": "Stop me."}).json()["id"]
         wait_job(c, job_id, 60, until=lambda j: j["status"] == "running")
         cancelled = c.post(f"/v1/jobs/{job_id}/cancel").json()
         assert cancelled["status"] == "cancelled"
-        time.sleep(5)  # the job would have finished by now had it kept running
+
+        def stopped() -> list[dict]:
+            return [r for r in log_records(worker) if r.get("job_id") == job_id
+                    and r["message"].startswith("test-slow stopped after")]
+
+        wait_until(stopped, 30, "the pipeline to notice the cancel")
+        chunks = int(stopped()[0]["message"].split()[3])
+        assert chunks < 8
         job = c.get(f"/v1/jobs/{job_id}").json()
         assert job["status"] == "cancelled" and job["outputs"] == []
         assert c.get(f"/v1/jobs/{job_id}/content").status_code == 409
+    listed = seaweedfs.client().list_objects_v2(Bucket=stack.env["OMNIJOBS_S3_BUCKET"])
+    assert not [o["Key"] for o in listed.get("Contents", []) if job_id in o["Key"]]
+
+
+def log_records(proc) -> list[dict]:
+    return [json.loads(line) for line in proc.log.read_text().splitlines()
+            if line.startswith("{")]
 
 
 def test_cancel_queued_job(stack, key):

@@ -53,6 +53,8 @@ def test_embedded_speech_and_local_signed_urls(embedded):
     base, key, cwd = embedded
     printed = (cwd / "dev.log").read_text()
     assert key in printed and "curl" in printed
+    wait_until(lambda: "maintenance running: relay every" in (cwd / "dev.log").read_text(),
+               60, "the maintenance process")  # the upkeep runs in this mode too
     assert (cwd / ".omnijobs" / "omnijobs.db").exists()
     with httpx.Client(base_url=base, headers={"Authorization": f"Bearer {key}"},
                       timeout=60) as c:

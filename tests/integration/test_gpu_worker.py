@@ -16,7 +16,7 @@ AUDEX = "nvidia/Nemotron-Labs-Audex-2B"
 @pytest.fixture(scope="module")
 def gpu_worker(stack):
     proc = spawn("gpu-worker", ["worker", "--pipeline", "audex-tts", "--pipeline", "minimax-h3",
-                                "--no-maintenance", "--gpu", "0"], stack.env,
+                                "--gpu", "0"], stack.env,
                  stack.processes["worker"].log.parent)
     stack.processes["gpu-worker"] = proc
     wait_until(lambda: "ready" in proc.log.read_text(), 120, "gpu worker")

@@ -110,10 +110,16 @@ def test_silent_result_fails_with_reason(client):
 
 
 def test_wait_bound_answers_202(client):
-    resp = client.post("/v1/audio/speech", headers={"Prefer": "wait=0"},
-                       json={"model": "test-slow", "input": "Slowly."})
-    assert resp.status_code == 202
-    assert resp.json()["status"] in ("queued", "running")
+    """A 3 s job with ``Prefer: wait=1`` answers 202 while it still runs; ignoring the
+    header would wait (up to 30 s here) for it to complete and answer 200 with audio."""
+    resp = client.post("/v1/audio/speech", headers={"Prefer": "wait=1"},
+                       json={"model": "test-sleep", "input": "3"})
+    assert resp.status_code == 202, resp.text
+    assert resp.headers["preference-applied"] == "wait=1"
+    job = resp.json()
+    assert job["status"] in ("queued", "running")
+    assert client.get(f"/v1/jobs/{job['id']}").json()["status"] != "completed"
+    assert wait_job(client, job["id"])["status"] == "completed"
 
 
 def test_list_paginates_and_filters(stack):
@@ -171,9 +177,20 @@ def test_worker_logs_are_json_with_job_id(stack, client):
 
 
 def test_metrics_count_submissions(stack, client):
+    def submitted() -> float:
+        text = httpx.get(stack.metrics_url).text
+        prefix = 'omnijobs_jobs_submitted_total{kind="speech",model="tts-1"}'
+        return next((float(x.split()[-1]) for x in text.splitlines() if x.startswith(prefix)),
+                    0.0)
+
+    before = submitted()
     client.post("/v1/audio/speech", headers={"Prefer": "respond-async"},
                 json={"model": "tts-1", "input": "Count me."})
-    text = httpx.get(f"{stack.base_url}/metrics").text
-    line = next(x for x in text.splitlines()
-                if x.startswith('omnijobs_jobs_submitted_total{kind="speech",model="tts-1"}'))
-    assert float(line.split()[-1]) >= 1
+    assert httpx.get(f"{stack.base_url}/metrics").status_code == 404  # not on the public port
+    assert submitted() == before + 1
+    # An idempotent replay is not a new submission.
+    headers = {"Prefer": "respond-async", "Idempotency-Key": "count-" + str(before)}
+    for _ in range(2):
+        client.post("/v1/audio/speech", headers=headers,
+                    json={"model": "tts-1", "input": "Count me once."})
+    assert submitted() == before + 2

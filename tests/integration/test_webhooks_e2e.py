@@ -30,9 +30,8 @@ def receiver() -> Iterator[Receiver]:
 
 
 def start_delivery_worker(st: Stack, name: str) -> None:
-    """Beat, maintenance and the webhooks queue; no render work (test-snapshots only)."""
-    proc = spawn(name, ["worker", "--beat", "--pipeline", "test-snapshots"], st.env,
-                 st.processes["api"].log.parent)
+    """The maintenance process: it schedules deliveries and consumes the webhooks queue."""
+    proc = spawn(name, ["maintenance"], st.env, st.processes["api"].log.parent)
     st.processes["deliveries"] = proc
     wait_until(lambda: "ready" in proc.log.read_text(), 60, name)
 
@@ -50,8 +49,7 @@ def hooks_stack(seaweedfs, tmp_path_factory) -> Iterator[Stack]:
     try:
         st.processes["api"] = spawn("api", ["api", "--port", str(port)], env, home)
         st.processes["render"] = spawn(
-            "render", ["worker", "--no-maintenance", *(a for p in RENDERED
-                                                       for a in ("--pipeline", p))], env, home)
+            "render", ["worker", *(a for p in RENDERED for a in ("--pipeline", p))], env, home)
         start_delivery_worker(st, "deliveries")
         wait_until(lambda: httpx.get(f"{st.base_url}/readyz", timeout=2).status_code == 200,
                    60, "API")

@@ -20,6 +20,7 @@ from storage.records import JobRecord, NewJob, OutputRecord
 from storage.repositories import JobRepository, KeyRepository, OutboxRepository
 
 QUEUE = "render-test"
+TTL = 3600.0
 
 
 @dataclass
@@ -91,7 +92,8 @@ def test_create_queues_job_with_one_outbox_message(repos: Repos) -> None:
     assert job.request == {"input": "hello"} and job.metadata == {"ref": "t"}
     assert msg is not None
     assert (msg.job_id, msg.topic, msg.queue) == (job.id, "render", QUEUE)
-    assert msg.payload == {"job_id": job.id}
+    assert msg.payload == {"job_id": job.id, "token": job.dispatch_token}
+    assert job.dispatch_token and msg.token == job.dispatch_token
 
     stored = repos.jobs.get(job.id)
     assert stored is not None and stored.status is JobStatus.QUEUED
@@ -189,7 +191,7 @@ def test_heartbeat_progress_is_clamped_below_100(repos: Repos) -> None:
 def test_complete_writes_outputs_and_status_together(repos: Repos) -> None:
     job = repos.submit()
     claimed = repos.jobs.claim(job.id, "w", lease_s=60)
-    assert repos.jobs.complete(job.id, claimed.attempts, outputs(2)) is True
+    assert repos.jobs.complete(job.id, claimed.attempts, outputs(2), TTL) is True
     done = repos.jobs.get(job.id)
     assert done.status is JobStatus.COMPLETED
     assert done.progress == 100
@@ -206,13 +208,13 @@ def test_complete_with_stale_attempt_writes_nothing(repos: Repos) -> None:
     second = repos.jobs.claim(job.id, "w2", lease_s=60)
     assert second.attempts == 2
 
-    assert repos.jobs.complete(job.id, first.attempts, outputs(3)) is False
+    assert repos.jobs.complete(job.id, first.attempts, outputs(3), TTL) is False
     stored = repos.jobs.get(job.id)
     assert stored.status is JobStatus.RUNNING
     assert stored.outputs == ()
     assert repos.output_rows(job.id) == 0
 
-    assert repos.jobs.complete(job.id, second.attempts, outputs(1)) is True
+    assert repos.jobs.complete(job.id, second.attempts, outputs(1), TTL) is True
     assert repos.output_rows(job.id) == 1
 
 
@@ -248,7 +250,7 @@ def _terminal(repos: Repos, status: JobStatus) -> JobRecord:
     job = repos.submit()
     claimed = repos.jobs.claim(job.id, "w", lease_s=60)
     if status is JobStatus.COMPLETED:
-        assert repos.jobs.complete(job.id, claimed.attempts, outputs(1))
+        assert repos.jobs.complete(job.id, claimed.attempts, outputs(1), TTL)
     elif status is JobStatus.FAILED:
         assert repos.jobs.fail(job.id, "pipeline_error", "boom", attempt=claimed.attempts)
     else:
@@ -263,7 +265,7 @@ def test_terminal_states_never_change(repos: Repos, status: JobStatus) -> None:
     assert before.status is status
     attempt = before.attempts
 
-    assert repos.jobs.complete(before.id, attempt, outputs(4)) is False
+    assert repos.jobs.complete(before.id, attempt, outputs(4), TTL) is False
     assert repos.jobs.fail(before.id, "late", "late failure", attempt=attempt) is False
     assert repos.jobs.fail(before.id, "late", "late failure") is False
     assert repos.jobs.claim(before.id, "late-worker", lease_s=60) is None
@@ -430,7 +432,7 @@ def test_list_filters_by_status_and_kind(repos: Repos) -> None:
 def test_delete_removes_job_and_its_rows(repos: Repos) -> None:
     job = repos.submit()
     claimed = repos.jobs.claim(job.id, "w", lease_s=60)
-    repos.jobs.complete(job.id, claimed.attempts, outputs(2))
+    repos.jobs.complete(job.id, claimed.attempts, outputs(2), TTL)
     assert repos.jobs.delete(job.id, repos.tenant) is True
     assert repos.jobs.get(job.id) is None
     assert repos.output_rows(job.id) == 0
@@ -447,7 +449,7 @@ def test_timestamps_are_aware_utc(repos: Repos) -> None:
     start = datetime.now(UTC) - timedelta(seconds=5)
     job = repos.submit()
     claimed = repos.jobs.claim(job.id, "w", lease_s=60)
-    repos.jobs.complete(job.id, claimed.attempts, outputs(1))
+    repos.jobs.complete(job.id, claimed.attempts, outputs(1), TTL)
     done = repos.jobs.get(job.id)
     for value in (done.created_at, done.updated_at, done.started_at, done.completed_at):
         _utc(value)

@@ -88,7 +88,9 @@ def test_migrated_schema_has_the_model_indexes_and_constraints(fresh_url: str) -
         insp = inspect(engine)
         job_indexes = {ix["name"] for ix in insp.get_indexes("jobs")}
         assert {"ix_jobs_tenant_created", "ix_jobs_status_lease"} <= job_indexes
-        assert "ix_outbox_unpublished" in {ix["name"] for ix in insp.get_indexes("outbox")}
+        outbox_indexes = {ix["name"]: ix["column_names"] for ix in insp.get_indexes("outbox")}
+        assert "ix_outbox_unpublished" in outbox_indexes
+        assert outbox_indexes.get("ix_outbox_job_id") == ["job_id"]  # sweeps look jobs up
         uniques = {tuple(u["column_names"]) for u in insp.get_unique_constraints("jobs")}
         assert ("tenant_id", "idempotency_key") in uniques
         key_cols = {c["name"] for c in insp.get_columns("api_keys")}

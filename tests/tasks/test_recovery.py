@@ -12,7 +12,7 @@ from core.jobs import JobStatus
 from pipelines import RunContext, SpeechRequest
 from pipelines.audex import AudexTTS
 from tasks import render as render_module
-from tasks.maintenance import reclaim, sweep_stale_queued
+from tasks.recovery import reclaim
 from tasks.render import run_job
 from tests import fake_pipelines
 
@@ -99,19 +99,6 @@ def test_requeue_resets_progress(rt, tenant):  # noqa: F811
     assert rt.jobs.get(job.id).progress == 0
 
 
-def test_sweep_bumps_and_is_single_winner(rt, app, tenant):  # noqa: F811
-    job = submit(rt, tenant, "piper-joe")
-    rt.settings.stale_queued_s = 1.0
-    time.sleep(1.1)
-    stale = rt.jobs.stale_queued(1.0)
-    assert [j.id for j in stale] == [job.id]
-    assert rt.jobs.republish(stale[0], "q") is not None
-    assert rt.jobs.republish(stale[0], "q") is None  # a second sweeper lost the race
-    assert sweep_stale_queued(rt, app) == 0  # bumped: not stale any more
-    time.sleep(1.1)
-    assert sweep_stale_queued(rt, app) == 1
-
-
 def test_reaper_fail_path_spares_a_live_last_attempt(rt, app, tenant):  # noqa: F811
     job = submit(rt, tenant, "piper-joe")
     for _ in range(rt.settings.max_attempts - 1):
@@ -147,3 +134,32 @@ def test_engine_abort_after_a_cancel_is_a_cancel():
     with pytest.raises(JobCancelled):
         list(bridge.stream({"prompt": "[engine-abort] x"}, bridge.default_params(), "r1",
                            lambda: True))
+
+
+def test_lease_is_not_renewed_past_the_maximum_runtime(rt, tenant):  # noqa: F811
+    from tasks.lease import Lease
+
+    job = submit(rt, tenant, "piper-joe")
+    claimed = rt.jobs.claim(job.id, "w", lease_s=60)
+    fired = threading.Event()
+    lease = Lease(rt.jobs, job.id, claimed.attempts, lease_s=0.3, max_runtime_s=0.5,
+                  on_timeout=fired.set).start()
+    assert fired.wait(10)
+    before = rt.jobs.get(job.id).lease_expires_at
+    lease.beat()
+    assert rt.jobs.get(job.id).lease_expires_at == before  # not renewed any more
+    assert lease.is_cancelled()
+    lease.stop()
+
+
+def test_a_pipeline_stopped_by_its_runtime_limit_timed_out_not_cancelled(rt):  # noqa: F811
+    from core.errors import JobCancelled, JobTimedOut
+    from tasks.lease import Lease
+    from tasks.render import stop_reason
+
+    cancelled = JobCancelled("stopped")
+    overdue = Lease(rt.jobs, "job_x", 1, lease_s=5, max_runtime_s=0)
+    time.sleep(0.01)
+    reason = stop_reason(overdue, cancelled)
+    assert isinstance(reason, JobTimedOut) and reason.code == "timeout" and reason.retryable
+    assert stop_reason(Lease(rt.jobs, "job_x", 1, lease_s=5), cancelled) is cancelled

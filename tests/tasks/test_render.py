@@ -13,7 +13,7 @@ from pipelines import get_spec
 from storage.records import NewJob
 from storage.repositories import KeyRepository
 from tasks.app import make_celery
-from tasks.maintenance import reap_leases, relay_outbox
+from tasks.recovery import reap_leases
 from tasks.render import run_job
 from tasks.runtime import WorkerRuntime
 
@@ -124,29 +124,8 @@ def test_reaper_requeues_then_fails_expired_leases(rt, app, tenant):
     assert failed.status is JobStatus.FAILED and failed.error_code == "lease_expired"
 
 
-def test_relay_publishes_unpublished_messages(rt, app, tenant):
-    submit(rt, tenant, "piper-joe")
-    assert relay_outbox(rt, app) == 1
-    assert relay_outbox(rt, app) == 0
-
-
-def test_sweep_republishes_stale_queued_jobs_once(rt, app, tenant):
-    from tasks.maintenance import sweep_stale_queued
-
-    job = submit(rt, tenant, "piper-joe")
-    relay_outbox(rt, app)  # the original message went out (and, say, got lost)
-    rt.settings.stale_queued_s = 0.01
-    import time
-
-    time.sleep(0.05)
-    assert sweep_stale_queued(rt, app) == 1
-    rt.settings.stale_queued_s = 60
-    assert sweep_stale_queued(rt, app) == 0  # fresh again: not re-sent every tick
-    assert outcome(run_job(rt, app, job.id)) == "completed"
-
-
 def test_reaper_spares_a_job_whose_heartbeat_won_the_race(rt, app, tenant):
-    from tasks.maintenance import reclaim
+    from tasks.recovery import reclaim
 
     job = submit(rt, tenant, "piper-joe")
     claimed = rt.jobs.claim(job.id, "w", lease_s=-1)

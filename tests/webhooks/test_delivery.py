@@ -54,7 +54,7 @@ def completed_job(rt: WorkerRuntime, url: str) -> tuple[str, str]:
     rt.jobs.claim(job.id, "w", 60)
     out = OutputRecord(index=0, key=f"{tenant}/{job.id}/0.wav", content_type="audio/wav",
                        bytes=4, sha256="0" * 64, duration_s=1.0, sample_rate=22050, channels=1)
-    assert rt.jobs.complete(job.id, 1, [out])
+    assert rt.jobs.complete(job.id, 1, [out], 3600)
     return tenant, job.id
 
 

@@ -74,7 +74,7 @@ def test_complete_stages_one_event_for_each_interested_target(repos):
     job = repos.submit()
     claimed = repos.jobs.claim(job.id, "w", 60)
     assert repos.log(job.id) == []  # "started" was not asked for
-    assert repos.jobs.complete(job.id, claimed.attempts, [])
+    assert repos.jobs.complete(job.id, claimed.attempts, [], 3600)
     log = repos.log(job.id)
     assert len(log) == 2 and {d.event_type for d in log} == {"speech.completed"}
     assert len({d.event_id for d in log}) == 1
@@ -88,7 +88,7 @@ def test_a_transition_that_lost_its_race_stages_nothing(repos):
                                              "speech.cancelled"])
     job = repos.submit()
     claimed = repos.jobs.claim(job.id, "w", 60)
-    assert not repos.jobs.complete(job.id, claimed.attempts + 1, [])
+    assert not repos.jobs.complete(job.id, claimed.attempts + 1, [], 3600)
     assert not repos.jobs.fail(job.id, "x", "y", attempt=claimed.attempts + 1)
     assert repos.log(job.id) == []
     assert repos.jobs.fail(job.id, "boom", "it broke", attempt=claimed.attempts)
@@ -183,7 +183,7 @@ def test_410_from_a_job_url_stops_that_jobs_deliveries(repos):
     [started] = repos.log(job.id)
     work = repos.hooks.start(started.id, repos.claimed([started.id])[started.id], LOCK_S)
     repos.hooks.finish(work, _attempt(410), STOPPED, LOCK_S)
-    repos.jobs.complete(job.id, claimed.attempts, [])
+    repos.jobs.complete(job.id, claimed.attempts, [], 3600)
     assert [(d.event_type, d.status) for d in repos.log(job.id)] == [
         ("speech.started", STOPPED)]
 

@@ -1,0 +1,232 @@
+"""Fast paths: the submit path, synchronous speech and the worker's own overhead,
+each measured side by side with its baseline in one run.
+
+    python -m bench.fastpaths [--duration 20s] [--connections 64] [--api-workers 1,2]
+        [--sync-requests 20] [--worker-jobs 20] [--ref GITREF]
+    python -m bench.fastpaths --compose http://127.0.0.1:8000 --key KEY
+
+Starts its own services (a fresh PostgreSQL database, redis-server, SeaweedFS, the
+omnijobs API and worker, the bare baseline endpoint) and takes them down afterwards.
+With ``--ref`` the omnijobs side also runs from another commit, in the same run. With
+``--compose`` only the submit path is loaded, against a deployment that is already up.
+Prints a markdown table and writes it, with every number behind it as JSON, to
+``bench/results/``. See bench/README.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+from . import pending, submit, sync_speech, worker_overhead
+from .counters import SETTLE_S
+from .load import LoadResult, seconds
+from .report import Figure, write
+from .services import (
+    ROOT,
+    Process,
+    Redis,
+    Tree,
+    Unsupported,
+    checkout,
+    database,
+    git_commit,
+    omnijobs_env,
+    prepare,
+    seaweedfs,
+    start_api,
+    start_bare,
+    start_redis,
+    start_worker,
+    workdir,
+)
+
+RESULTS = ROOT / "bench" / "results"
+BARE_REDIS_DB = 15
+
+
+@dataclass
+class Side:
+    """One tree's omnijobs: its own database, Redis database and API."""
+
+    tree: Tree
+    env: dict[str, str]
+    key: str
+    database_url: str
+    redis_url: str
+    home: Path
+    base_url: str = ""
+    pid: int | None = None
+    api: Process | None = None
+    figures: list[Figure] = field(default_factory=list)
+
+
+def make_side(stack: ExitStack, tree: Tree, index: int, redis: Redis, sw, work: Path) -> Side:
+    home = work / f"home-{index}"
+    home.mkdir()
+    pg, broker = database(stack), redis.db(index)
+    env = omnijobs_env(tree, pg, broker, sw, home)
+    return Side(tree=tree, env=env, key=prepare(tree, env), database_url=pg,
+                redis_url=broker, home=home)
+
+
+def measure_render(side: Side, args: argparse.Namespace) -> None:
+    """Synchronous speech and worker overhead, with one worker serving both pipelines."""
+    worker = start_worker(side.tree, side.env, side.home)
+    try:
+        side.figures.append(sync_speech.figure(
+            sync_speech.measure(side.base_url, side.key, args.sync_requests)))
+        side.figures.append(worker_overhead.figure(worker_overhead.measure(
+            side.base_url, side.key, side.database_url, args.worker_jobs, side.env)))
+    finally:
+        worker.stop()
+
+
+@dataclass
+class Bare:
+    base_url: str
+    pid: int
+    database_url: str
+    redis_url: str
+
+
+def measure_submit(sides: list[Side], bare: Bare, args: argparse.Namespace) -> LoadResult:
+    """Every side at N connections with the bare endpoint right after the first, then
+    every side at one connection."""
+    baseline = None
+    results = {}
+    for side in sides:
+        results[id(side)] = submit.load(side.base_url, side.key, connections=args.connections,
+                                        duration=args.duration, database_url=side.database_url,
+                                        redis_url=side.redis_url, settle_s=args.settle,
+                                        pid=side.pid)
+        if baseline is None:
+            baseline = submit.load(bare.base_url, None, connections=args.connections,
+                                   duration=args.duration, database_url=bare.database_url,
+                                   redis_url=bare.redis_url, settle_s=args.settle,
+                                   pid=bare.pid)
+    for side in sides:
+        single = submit.load(side.base_url, side.key, connections=1, duration=args.duration)
+        side.figures[:0] = [submit.bare_figure(baseline),
+                            submit.submit_figure(results[id(side)], baseline),
+                            submit.single_figure(single)]
+    return baseline
+
+
+def measure_api_workers(sides: list[Side], bare: LoadResult, args: argparse.Namespace) -> None:
+    for workers in args.api_workers:
+        for side in sides:
+            try:
+                process, base = start_api(side.tree, side.env, side.home, workers=workers,
+                                          name=f"api-workers-{workers}")
+            except Unsupported:
+                side.figures.append(submit.workers_figure(
+                    workers, args.connections, None, bare, "not supported by this build"))
+                continue
+            try:
+                result = submit.load(base, side.key, connections=args.connections,
+                                     duration=args.duration)
+            finally:
+                process.stop()
+            side.figures.append(submit.workers_figure(workers, args.connections, result, bare))
+
+
+def add_pending(side: Side) -> None:
+    side.figures += [pending.batch_upload(side.base_url, side.key),
+                     pending.streaming_first_byte(side.base_url, side.key)]
+
+
+def start_sides(stack: ExitStack, args: argparse.Namespace, work: Path) -> list[Side]:
+    """Shared Redis and SeaweedFS; per tree a database, a Redis database and an API."""
+    redis = start_redis(stack, work)
+    sw = seaweedfs(stack, work)
+    trees = [Tree(label=f"this tree, {git_commit(ROOT)}", path=ROOT)]
+    if args.ref:
+        (work / "checkout").mkdir()
+        trees.insert(0, stack.enter_context(checkout(args.ref, work / "checkout")))
+    sides = [make_side(stack, tree, i, redis, sw, work) for i, tree in enumerate(trees)]
+    for side in sides:
+        process, side.base_url = start_api(side.tree, side.env, side.home)
+        side.pid = process.proc.pid
+        side.api = process
+        stack.callback(process.stop)
+    return sides
+
+
+def start_baseline(stack: ExitStack, side: Side, work: Path) -> Bare:
+    """The bare endpoint, on this tree's database and a Redis database of its own."""
+    redis_url = side.redis_url.rsplit("/", 1)[0] + f"/{BARE_REDIS_DB}"
+    process, base = start_bare(side.database_url, redis_url, work, stack)
+    return Bare(base, process.proc.pid, side.database_url, redis_url)
+
+
+def run_local(args: argparse.Namespace) -> dict[str, list[Figure]]:
+    with ExitStack() as stack:
+        work = workdir(stack)
+        sides = start_sides(stack, args, work)
+        bare = start_baseline(stack, sides[-1], work)
+        for side in sides:
+            measure_render(side, args)
+        baseline = measure_submit(sides, bare, args)
+        for side in sides:  # out of the way of the --workers runs
+            side.api.stop()
+        measure_api_workers(sides, baseline, args)
+        for side in sides:
+            add_pending(side)
+        return {side.tree.label: side.figures for side in sides}
+
+
+def run_compose(args: argparse.Namespace) -> dict[str, list[Figure]]:
+    base = args.compose.rstrip("/")
+    result = submit.load(base, args.key, connections=args.connections, duration=args.duration)
+    single = submit.load(base, args.key, connections=1, duration=args.duration)
+    return {f"compose, {base}": [submit.submit_figure(result, None, "the deployment"),
+                                 submit.single_figure(single)]}
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m bench.fastpaths",
+                                     description=__doc__.splitlines()[0])
+    parser.add_argument("--duration", default="20s", help="hey -z per load run (20s)")
+    parser.add_argument("--connections", type=int, default=64, help="hey -c (64)")
+    parser.add_argument("--api-workers", default="",
+                        help="also load `omnijobs api --workers N` for each N, e.g. 1,2")
+    parser.add_argument("--sync-requests", type=int, default=20)
+    parser.add_argument("--worker-jobs", type=int, default=20)
+    parser.add_argument("--ref", help="also run the omnijobs side from this git ref")
+    parser.add_argument("--compose", metavar="URL", help="load this running deployment only")
+    parser.add_argument("--key", help="API key for --compose")
+    parser.add_argument("--results-dir", type=Path, default=RESULTS)
+    parser.add_argument("--settle", type=float, default=SETTLE_S,
+                        help="seconds to wait before reading PostgreSQL's counters (11: "
+                             "exact; less: approximate)")
+    args = parser.parse_args(argv)
+    seconds(args.duration)  # validates the syntax before anything starts
+    if args.compose and not args.key:
+        parser.error("--compose needs --key")
+    args.api_workers = [int(n) for n in args.api_workers.split(",") if n.strip()]
+    return args
+
+
+def main(argv: list[str] | None = None) -> Path:
+    args = parse_args(argv)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # unwind: stop and drop all
+    started = datetime.now(UTC)
+    sides = run_compose(args) if args.compose else run_local(args)
+    meta = {"date": started.strftime("%Y-%m-%d %H:%M UTC"),
+            "command": "python -m bench.fastpaths " + " ".join(argv or sys.argv[1:]),
+            "cpus": os.cpu_count(), "commit": git_commit(ROOT), "ref": args.ref}
+    md, js = write(args.results_dir / f"fastpaths-{started:%Y%m%dT%H%M%S}", meta, sides)
+    print(md.read_text(), end="")
+    print(f"\n{meta['date']}, {meta['cpus']} CPUs; written to {md} and {js}")
+    return js
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,96 @@
+"""Retention and orphans: what the store keeps, and for how long.
+
+- Outputs expire ``OMNIJOBS_OUTPUT_TTL_S`` after completion: their objects are deleted,
+  the job keeps its record (its outputs shown as expired).
+- Finished jobs are deleted ``OMNIJOBS_JOB_TTL_S`` after they ended, objects first.
+- Orphans: an object under ``<tenant>/<job>/`` whose job no longer exists, or which
+  its (finished) job does not list, is deleted, whatever the order in which a delete, a
+  cancel and a worker's last upload happened.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Callable, Iterable, Iterator
+from itertools import islice
+
+from celery import Celery
+
+from storage.records import JobRecord
+
+from .runtime import WorkerRuntime
+
+log = logging.getLogger(__name__)
+
+JOB_KEY = re.compile(r"^[^/]+/((?:job|video)_[0-9a-f]{32})/[^/]+$")
+BATCH = 500
+MAX_BATCHES = 20  # per run, so one step never holds its thread for long
+
+
+def job_prefix(job: JobRecord) -> str:
+    return f"{job.tenant_id}/{job.id}/"
+
+
+def delete_job_objects(rt: WorkerRuntime, job: JobRecord) -> None:
+    """The job's outputs and anything else under its prefix (a leftover of a retry)."""
+    keys = {o.key for o in job.outputs} | set(rt.store.list_keys(job_prefix(job)))
+    rt.store.delete(sorted(keys))
+
+
+def _in_batches(fetch: Callable[[int], list[JobRecord]],
+                handle: Callable[[JobRecord], bool]) -> int:
+    done = 0
+    for _ in range(MAX_BATCHES):
+        jobs = fetch(BATCH)
+        done += sum(handle(job) for job in jobs)
+        if len(jobs) < BATCH:
+            break
+    return done
+
+
+def expire_outputs(rt: WorkerRuntime) -> int:
+    def expire(job: JobRecord) -> bool:
+        delete_job_objects(rt, job)
+        return rt.jobs.mark_outputs_deleted(job.id)
+
+    return _in_batches(lambda n: rt.jobs.outputs_to_expire(limit=n), expire)
+
+
+def expire_jobs(rt: WorkerRuntime) -> int:
+    def forget(job: JobRecord) -> bool:
+        delete_job_objects(rt, job)
+        return rt.jobs.delete_finished(job.id)
+
+    return _in_batches(lambda n: rt.jobs.finished_before(rt.settings.job_ttl_s, limit=n),
+                       forget)
+
+
+def apply_retention(rt: WorkerRuntime, _app: Celery) -> int:
+    return expire_outputs(rt) + expire_jobs(rt)
+
+
+def _job_keys(keys: Iterable[str]) -> Iterator[tuple[str, str]]:
+    for key in keys:
+        if match := JOB_KEY.match(key):
+            yield match.group(1), key
+
+
+def orphans_among(rt: WorkerRuntime, pairs: list[tuple[str, str]]) -> list[str]:
+    owned = rt.jobs.live_keys(sorted({job for job, _ in pairs}))
+    return [key for job, key in pairs
+            if job not in owned or (owned[job] is not None and key not in owned[job])]
+
+
+def sweep_orphans(rt: WorkerRuntime, _app: Celery) -> int:
+    """Delete objects no job owns. Keys that don't look like ``<tenant>/<job id>/<name>``
+    are never touched."""
+    removed = 0
+    pairs = _job_keys(rt.store.list_keys())
+    while chunk := list(islice(pairs, BATCH)):
+        orphans = orphans_among(rt, chunk)
+        if orphans:
+            rt.store.delete(orphans)
+            log.warning("deleted %d orphaned objects", len(orphans))
+            removed += len(orphans)
+    return removed

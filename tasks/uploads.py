@@ -1,0 +1,63 @@
+"""Uploads that outlast a store outage, and cleanup of uploads nobody will point at."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+
+from core.errors import StorageFailed
+from core.jobs import JobStatus
+from storage.objects import ObjectStore
+from storage.records import JobRecord
+
+from .runtime import WorkerRuntime
+
+log = logging.getLogger(__name__)
+
+FIRST_DELAY_S, MAX_DELAY_S = 0.5, 5.0
+
+
+class PatientStore:
+    """The object store as finalize sees it. An upload that fails because the store is
+    unreachable is retried in place for up to ``budget_s``, holding the rendered result
+    and the lease (``guard`` heartbeats before every try and stops if the job is no
+    longer ours): the accelerator's work is never redone because the store blinked.
+    Remembers what it uploaded, for cleanup."""
+
+    def __init__(self, store: ObjectStore, guard: Callable[[], None], budget_s: float) -> None:
+        self._store, self._guard, self._budget_s = store, guard, budget_s
+        self.uploaded: set[str] = set()
+
+    def put(self, key: str, data: bytes, content_type: str) -> None:
+        deadline = time.monotonic() + self._budget_s
+        delay = FIRST_DELAY_S
+        while True:
+            try:
+                self._store.put(key, data, content_type)
+                break
+            except StorageFailed as exc:
+                if time.monotonic() + delay > deadline:
+                    raise
+                log.warning("upload of %s failed (%s); retrying in %.1fs", key, exc.message,
+                            delay)
+                time.sleep(delay)
+                delay = min(2 * delay, MAX_DELAY_S)
+                self._guard()
+        self.uploaded.add(key)
+
+    def __getattr__(self, name: str):
+        return getattr(self._store, name)
+
+
+def discard_uploads(rt: WorkerRuntime, job: JobRecord, keys: set[str]) -> None:
+    """After losing a job we uploaded for: if it was deleted, cancelled or failed
+    meanwhile, nothing will ever point at these objects, so delete them. A job another
+    attempt now owns is left alone: that attempt writes the same keys."""
+    if not keys:
+        return
+    now = rt.jobs.get(job.id)
+    if now is None or now.status in (JobStatus.CANCELLED, JobStatus.FAILED):
+        rt.store.delete(sorted(keys))
+        log.info("job %s is gone or ended without us: deleted %d uploaded objects", job.id,
+                 len(keys), extra={"job_id": job.id})

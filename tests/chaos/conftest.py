@@ -1,0 +1,203 @@
+"""A deployment of its own for the chaos tests: its own Redis server, SeaweedFS and
+database (so stopping them harms nobody else), with an API, the maintenance process and
+a render worker serving the fast fake pipeline. Each test breaks something real, then
+counts what became of every job it submitted and prints one line:
+``submitted=N completed=N failed=N duplicated=N lost=N``."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from shutil import which
+
+import httpx
+import pytest
+
+from ..conftest import migrated_database, stack_env
+from ..services import (
+    Process,
+    Stack,
+    free_port,
+    spawn,
+    start_seaweedfs,
+    unavailable,
+    wait_until,
+)
+
+LIMIT_S = 240  # a hard bound on each chaos test
+COUNTS: list[str] = []
+
+
+@dataclass
+class RedisServer:
+    """A redis-server of our own that a test may stop (never the machine's)."""
+
+    workdir: Path
+    port: int = field(default_factory=free_port)
+    proc: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> RedisServer:
+        import redis
+
+        binary = which("redis-server") or unavailable("redis-server")
+        with (self.workdir / "redis.log").open("ab") as log:
+            self.proc = subprocess.Popen(
+                [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+                 "--appendonly", "no", "--dir", str(self.workdir)],
+                stdout=log, stderr=subprocess.STDOUT)
+        wait_until(lambda: redis.Redis.from_url(self.url).ping(), 30, "redis-server")
+        return self
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(10)
+
+
+@dataclass
+class Chaos(Stack):
+    home: Path = Path()
+    redis: RedisServer | None = None
+    seaweedfs: object = None
+    db_url: str = ""
+
+    def start_worker(self, name: str) -> Process:
+        proc = spawn(name, ["worker", "--pipeline", "test-fast", "--pipeline", "test-sleep"],
+                     self.env, self.home)
+        self.processes[name] = proc
+        wait_until(lambda: " ready." in proc.log.read_text(), 90, name)
+        return proc
+
+    def worker_records(self) -> list[dict]:
+        records = []
+        for path in self.home.glob("worker*.log"):
+            records += [json.loads(line) for line in path.read_text().splitlines()
+                        if line.startswith("{")]
+        return records
+
+
+@pytest.fixture(scope="package")
+def chaos(tmp_path_factory) -> Iterator[Chaos]:
+    home = tmp_path_factory.mktemp("chaos")
+    redis = RedisServer(home).start()
+    sw = start_seaweedfs(home / "seaweedfs")
+    db = migrated_database()
+    db_url = next(db)
+    env = stack_env(db_url, redis.url, sw, home, **{
+        "OMNIJOBS_S3_BUCKET": "chaos",
+        "OMNIJOBS_LEASE_S": "3",
+        "OMNIJOBS_STALE_QUEUED_S": "3",
+        "OMNIJOBS_RETRY_BACKOFF_S": "0.5",
+        "OMNIJOBS_STORAGE_RETRY_S": "90",
+        "OMNIJOBS_MAINTENANCE_PERIODS": json.dumps(
+            {"relay": 0.5, "reap": 0.5, "sweep_queued": 1}),
+    })
+    port = free_port()
+    st = Chaos(base_url=f"http://127.0.0.1:{port}", env=env, home=home, redis=redis,
+               seaweedfs=sw, db_url=db_url)
+    st.processes["api"] = spawn("api", ["api", "--port", str(port)], env, home)
+    st.processes["maintenance"] = spawn("maintenance", ["maintenance"], env, home)
+    try:
+        st.start_worker("worker-1")
+        wait_until(lambda: httpx.get(f"{st.base_url}/readyz", timeout=5).status_code == 200,
+                   60, "chaos API")
+        yield st
+    finally:
+        st.stop()
+        sw.stop()
+        redis.stop()
+        next(db, None)
+
+
+@pytest.fixture(autouse=True)
+def bounded():
+    """Each chaos test ends within LIMIT_S, whatever it waits on."""
+    def expire(_signum, _frame):
+        raise TimeoutError(f"chaos test ran past {LIMIT_S}s")
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.alarm(LIMIT_S)
+    yield
+    signal.alarm(0)
+    signal.signal(signal.SIGALRM, previous)
+
+
+@dataclass
+class Counts:
+    submitted: int = 0
+    completed: int = 0
+    failed: int = 0
+    duplicated: int = 0
+    lost: int = 0
+
+    def line(self) -> str:
+        return " ".join(f"{k}={v}" for k, v in asdict(self).items())
+
+
+def settle(client: httpx.Client, ids: list[str], timeout: float) -> dict[str, dict]:
+    """Wait until every job is finished (or the time is up); their final states."""
+    deadline = time.monotonic() + timeout
+    jobs: dict[str, dict] = {}
+    while time.monotonic() < deadline:
+        for job_id in ids:
+            if jobs.get(job_id, {}).get("status") not in ("completed", "failed", "cancelled"):
+                resp = client.get(f"/v1/jobs/{job_id}")
+                if resp.status_code == 200:
+                    jobs[job_id] = resp.json()
+        if all(jobs.get(i, {}).get("status") in ("completed", "failed", "cancelled")
+               for i in ids):
+            break
+        time.sleep(0.3)
+    return jobs
+
+
+def tally(chaos: Chaos, ids: list[str], jobs: dict[str, dict], name: str) -> Counts:
+    """Count outcomes: a job completed more than once (two completion records in the
+    workers' logs) or with more objects than outputs is duplicated; a job neither
+    completed nor failed is lost. Every stored object must match its recorded sha256."""
+    import hashlib
+
+    s3 = chaos.seaweedfs.client()
+    bucket = chaos.env["OMNIJOBS_S3_BUCKET"]
+    stored: dict[str, list[str]] = {}
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket):
+        for obj in page.get("Contents", []):
+            stored.setdefault(obj["Key"].split("/")[1], []).append(obj["Key"])
+    completions: dict[str, int] = {}
+    for record in chaos.worker_records():
+        job_id = record.get("job_id")
+        if job_id and record["message"] == f"job {job_id} completed":
+            completions[job_id] = completions.get(job_id, 0) + 1
+    counts = Counts(submitted=len(ids))
+    for job_id in ids:
+        job = jobs.get(job_id, {})
+        status, outputs = job.get("status"), job.get("outputs", [])
+        counts.completed += status == "completed"
+        counts.failed += status == "failed"
+        counts.lost += status not in ("completed", "failed")
+        keys = stored.get(job_id, [])
+        counts.duplicated += completions.get(job_id, 0) > 1 or len(keys) > len(outputs)
+        for out in outputs if status == "completed" else []:
+            [key] = [k for k in keys if k.rsplit("/", 1)[1].startswith(f"{out['index']}.")]
+            data = s3.get_object(Bucket=bucket, Key=key)["Body"].read()
+            assert hashlib.sha256(data).hexdigest() == out["sha256"], (job_id, key)
+    line = counts.line()
+    print(f"{name}: {line}")
+    COUNTS.append(f"{name}: {line}")
+    return counts
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    if COUNTS:
+        terminalreporter.section("chaos counts")
+        for line in COUNTS:
+            terminalreporter.write_line(line)
