@@ -161,8 +161,10 @@ def validate_batch(rt: WorkerRuntime, app: Celery, batch_id: str) -> int:
         return 0
     log.info("batch %s: %d jobs queued", batch_id, len(queued))
     try:
-        publish_bulk(app, queued, rt.batches.mark_published)
+        publish_bulk(app, queued)
     except ServiceUnavailable:
-        log.warning("batch %s: broker down; the outbox relay publishes the rest", batch_id)
+        log.warning("batch %s: broker down; the outbox relay publishes its jobs", batch_id)
+        return 1
+    rt.batches.mark_published(batch_id)
     return 1
 

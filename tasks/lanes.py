@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 import os
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from queue import Empty
 from time import monotonic_ns
 
@@ -39,12 +39,11 @@ log = logging.getLogger(__name__)
 PUBLISH_CHUNK = 2000
 
 
-def publish_bulk(app: Celery, queued: Sequence[tuple[str, str, str]],
-                 published: Callable[[list[str]], None]) -> None:
+def publish_bulk(app: Celery, queued: Sequence[tuple[str, str, str]]) -> None:
     """Send a render message per ``(job id, queue, dispatch token)`` in the bulk lane, a
-    chunk per round trip; ``published`` records each chunk once the broker has it. Raises
-    ServiceUnavailable if the broker fails: the outbox holds the rest for the relay (and a
-    message the relay sends too is harmless: its claim finds the job taken)."""
+    chunk per round trip. Raises ServiceUnavailable if the broker fails: the outbox still
+    holds them all for the relay (a message sent twice is harmless: its second claim finds
+    the job taken)."""
     template = app.amqp.as_task_v2("", RENDER_TASK, args=["", ""], kwargsrepr="{}",
                                    ignore_result=True)
     with app.producer_or_acquire() as producer:
@@ -55,7 +54,6 @@ def publish_bulk(app: Celery, queued: Sequence[tuple[str, str, str]],
                         _publish(producer, template, [job_id, token], queue)
             except Exception as exc:  # kombu/redis errors
                 raise ServiceUnavailable(f"broker unavailable: {type(exc).__name__}") from exc
-            published([job_id for job_id, _, _ in queued[start:start + PUBLISH_CHUNK]])
 
 
 def _publish(producer, template, args: list[str], queue: str) -> None:

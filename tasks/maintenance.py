@@ -47,7 +47,7 @@ PERIODS: dict[str, float] = {  # seconds; OMNIJOBS_MAINTENANCE_PERIODS overrides
     "orphans": 3600.0,
     "prune_outbox": 3600.0,
     "webhooks": 1.0,
-    "batches": 1.0,
+    "batches": 0.5,
 }
 
 

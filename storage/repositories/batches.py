@@ -10,6 +10,7 @@ and was taken over, changes nothing.
 from __future__ import annotations
 
 import re
+import secrets
 import uuid
 from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime, timedelta
@@ -34,13 +35,16 @@ from .bulk import insert_rows
 from .files import add_file
 from .jobs import ID_PREFIX, cancel_batch_jobs
 from .jobs import _record as job_record
-from .outbox import new_token
 from .webhooks import stage_batch_event
 
 ACTIVE = (BatchStatus.VALIDATING, BatchStatus.IN_PROGRESS, BatchStatus.FINALIZING,
           BatchStatus.CANCELLING)
 UNFINISHED_JOB = (JobStatus.QUEUED.value, JobStatus.RUNNING.value)
 CHUNK = 5000
+# The expanding process publishes a batch's messages itself, right after its commit; the
+# outbox relay is the backstop only if that process dies or the broker is down meanwhile,
+# so it may not send them before this (it would send tens of thousands twice).
+RELAY_BACKSTOP_S = 120.0
 Queued = tuple[str, str, str]  # (job id, queue, dispatch token) of a message to send
 
 
@@ -266,12 +270,12 @@ class BatchRepository:
             stage_batch_event(s, tenant_id, batch_id, EVENTS[BatchStatus.FAILED])
             return True
 
-    def mark_published(self, job_ids: list[str]) -> None:
-        """These jobs' render messages are with the broker (the relay leaves them)."""
+    def mark_published(self, batch_id: str) -> None:
+        """Every render message of the batch's jobs is with the broker (one statement)."""
         with self._sessions.begin() as s:
             s.execute(update(OutboxMessage).where(
-                OutboxMessage.job_id.in_(job_ids), OutboxMessage.published_at.is_(None))
-                .values(published_at=_now()))
+                OutboxMessage.job_id.in_(select(Job.id).where(Job.batch_id == batch_id)),
+                OutboxMessage.published_at.is_(None)).values(published_at=_now()))
 
     # ---- finalization -------------------------------------------------------------------
 
@@ -339,6 +343,7 @@ class _Sink:
 
     def __init__(self, s: Session, batch_id: str, now: datetime) -> None:
         self.s, self.batch_id, self.now = s, batch_id, now
+        self.backstop = now + timedelta(seconds=RELAY_BACKSTOP_S)
         self.jobs: list[dict] = []
         self.outbox: list[dict] = []
         self.refused: list[dict] = []
@@ -360,7 +365,8 @@ class _Sink:
 
     def _job(self, line: BatchLine) -> None:
         new, now = line.job, self.now
-        job_id, token = ID_PREFIX[new.kind] + uuid.uuid4().hex, new_token()
+        # A UUID's 32 hex digits, as JobRepository and new_token mint them, for less.
+        job_id, token = ID_PREFIX[new.kind] + secrets.token_hex(16), secrets.token_hex(16)
         self.jobs.append(dict(
             id=job_id, tenant_id=new.tenant_id, kind=new.kind.value, model=new.model,
             pipeline=new.pipeline, status=JobStatus.QUEUED.value, progress=0,
@@ -370,7 +376,7 @@ class _Sink:
             custom_id=line.custom_id))
         self.outbox.append(dict(topic="render", job_id=job_id, queue=new.queue,
                                 payload={"job_id": job_id, "token": token, "lane": BULK_LANE},
-                                created_at=now, available_at=now))
+                                created_at=now, available_at=self.backstop))
         self.queued.append((job_id, new.queue, token))
 
     def flush(self) -> None:
