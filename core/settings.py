@@ -120,6 +120,9 @@ class Settings(BaseSettings):
     tenant_submit_burst: int | None = Field(default=None, ge=1)
     metrics_public: bool = False
 
+    # ---- what a person sees ---------------------------------------------------------
+    log_format: Literal["json", "text"] = "json"
+
     @model_validator(mode="after")
     def _refuse_placeholders(self) -> Settings:
         if self.mode == "production":

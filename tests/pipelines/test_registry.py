@@ -121,7 +121,11 @@ def test_nothing_but_the_cli_imports_api_or_tasks():
 
 
 def test_the_entry_point_package_holds_only_the_entry_point():
-    assert sorted(p.name for p in (ROOT / "omnijobs").glob("*.py")) == ["__init__.py", "cli.py"]
+    """The console script and how it talks to a person (console.py, which imports only
+    core); no service code."""
+    assert sorted(p.name for p in (ROOT / "omnijobs").glob("*.py")) == [
+        "__init__.py", "cli.py", "console.py"]
+    assert _our_imports(ROOT / "omnijobs" / "console.py") <= {"core"}
     assert not [p for p in (ROOT / "omnijobs").iterdir() if p.is_dir()
                 and p.name != "__pycache__"]
 
