@@ -60,6 +60,17 @@ def migrate() -> None:
         typer.echo(f"{place}: upgraded from {before or 'an empty database'} to {after}")
 
 
+@cli.command()
+def config(markdown: Annotated[bool, typer.Option(
+        help="Print README.md's Configuration table (every setting, its default and "
+             "meaning) instead")] = False) -> None:
+    """Print the effective settings, from OMNIJOBS_* variables (secrets hidden)."""
+    if markdown:
+        typer.echo(console.config_table())
+        return
+    typer.echo("\n".join(console.effective_settings(_settings(create_home=False))))
+
+
 def _admin_db() -> str:
     """The database of an admin command, which must exist and be migrated: checked
     first, so a wrong folder or a missing ``migrate`` creates nothing."""

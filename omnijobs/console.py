@@ -98,3 +98,57 @@ def setup_logging(level: str = "INFO", fmt: str = "json") -> None:
     logging.basicConfig(level=level.upper(), handlers=[handler], force=True)
     for name, quieter in CHATTY.items():
         logging.getLogger(name).setLevel(quieter if fmt == "text" else logging.NOTSET)
+
+
+# ---- the Configuration table ----------------------------------------------------------
+
+def shown(value: object) -> str | None:
+    """A value as it would be written in its environment variable (JSON for lists and
+    maps); None when unset."""
+    import json
+    from pathlib import Path
+
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, list | dict):
+        return json.dumps(value, ensure_ascii=False)
+    return value.as_posix() if isinstance(value, Path) else str(value)
+
+
+def shown_default(value: object) -> str:
+    text = shown(value)
+    return "unset" if text is None else f"`{text}`"
+
+
+def effective_settings(settings) -> list[str]:
+    """``OMNIJOBS_X=value`` lines; secrets and URL passwords hidden."""
+    lines = []
+    for name, field in type(settings).model_fields.items():
+        text = shown(getattr(settings, name))
+        if text is not None and field.repr is False:
+            text = "***"
+        text = re.sub(r"(://[^:/@]*:)[^@/]*@", r"\1***@", text or "") or "(unset)"
+        lines.append(f"OMNIJOBS_{name.upper()}={text}")
+    return lines
+
+
+def config_rows() -> dict[str, str]:
+    """Environment variable -> its README table row, in the order of ``Settings``."""
+    from core.settings import Settings
+
+    prefix = Settings.model_config["env_prefix"]
+    rows = {}
+    for name, field in Settings.model_fields.items():
+        variable = prefix + name.upper()
+        meaning = (field.description or "").replace("|", "\\|")
+        rows[variable] = f"| `{variable}` | {shown_default(field.default)} | {meaning} |"
+    return rows
+
+
+def config_table() -> str:
+    return "\n".join(["| variable | default | meaning |", "|---|---|---|",
+                      *config_rows().values()])
