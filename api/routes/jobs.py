@@ -7,6 +7,7 @@ from fastapi.responses import StreamingResponse
 
 from core.errors import Conflict, NotFound, OutputExpired
 from core.jobs import JobKind, JobStatus
+from storage.records import JobRecord
 from storage.views import outputs_expired
 
 from ..deps import Services, services, tenant_id
@@ -42,7 +43,7 @@ def cancel_job(job_id: str, svc: Services = Depends(services),
     return job_public(svc, job)
 
 
-def not_cancellable(job) -> None:
+def not_cancellable(job: JobRecord) -> None:
     if job.status.terminal:
         raise Conflict(f"job {job.id} is {job.status.value}; only a queued or running job "
                        "can be cancelled", code="job_not_cancellable")
