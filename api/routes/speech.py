@@ -66,7 +66,7 @@ async def create_speech(body: SpeechCreate, svc: Services = Depends(services),
                              param="model", code="unsupported_model")
     fields = body.model_dump(exclude_none=True, exclude={
         "model", "metadata", "stream_format", "webhook_url", "webhook_events"})
-    spec.validate_speech(SpeechRequest.from_dict(fields))
+    spec.validate_speech(SpeechRequest.from_dict(fields), body.model)
     webhook = await run_in_threadpool(job_webhook, svc, body.webhook_url, body.webhook_events,
                                       JobKind.SPEECH)
     job = await run_in_threadpool(submit, svc, tenant=tenant, spec=spec, model=body.model,
