@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import asdict
 
 from fastapi import APIRouter, Depends
+from starlette.convertors import PathConvertor, register_url_convertor
 
 from core.errors import NotFound, clip
 from pipelines import all_specs
@@ -38,7 +39,17 @@ def list_models(svc: Services = Depends(services), _tenant: str = Depends(tenant
     return ModelList(data=served_models(svc))
 
 
-@router.get("/v1/models/{model:path}", response_model=ModelPublic)
+class AnyText(PathConvertor):
+    """Like ``path``, but across line breaks too: an id is the caller's text, and a route
+    that does not match answers 404 before the key is checked, not 401."""
+
+    regex = r"[\s\S]+"
+
+
+register_url_convertor("anytext", AnyText())
+
+
+@router.get("/v1/models/{model:anytext}", response_model=ModelPublic)
 def retrieve_model(model: str, svc: Services = Depends(services),
                    _tenant: str = Depends(tenant_id)) -> ModelPublic:
     """What ``client.models.retrieve`` calls. Model ids may hold a slash

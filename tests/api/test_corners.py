@@ -135,3 +135,11 @@ def test_an_unknown_method_is_one_label_value(client):
     client.request("BREW", "/v1/nothing")
     client.request("PROPFIND", "/v1/nothing")
     assert _latency_count("unmatched", "404", method="other") == before + 2
+
+
+def test_a_model_id_with_a_line_break_is_still_the_models_route(api, client):
+    """Without a key it is a 401 like every guarded route, not an unmatched path's 404."""
+    with api.client() as anon:
+        assert anon.get("/v1/models/a%0Ab").status_code == 401
+    resp = client.get("/v1/models/a%0Ab")
+    assert resp.status_code == 404 and resp.json()["error"]["code"] == "model_not_found"
