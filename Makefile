@@ -2,13 +2,20 @@
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
+# Two stamps: `make dev` needs only the service (about 550 MB); `make test` adds the
+# test and bench tools and vLLM-Omni's CPU-importable parts (about 880 MB in all).
+RUNTIME := $(VENV)/.installed-runtime
 STAMP := $(VENV)/.installed
 
 .PHONY: dev test lint unit migrate compose-config clean
 
-$(STAMP): pyproject.toml
+$(RUNTIME): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e .
+	touch $(RUNTIME)
+
+$(STAMP): $(RUNTIME) pyproject.toml
 	$(BIN)/pip install --quiet -e '.[dev,bench]'
 	# vLLM-Omni's own Audex prompt builder, for the GPU pipelines' CPU tests; without
 	# torch or vllm (those come with the [gpu] extra on GPU hosts).
@@ -16,7 +23,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 ## Run the service on its embedded defaults: SQLite, filesystem broker, local store.
-dev: $(STAMP)
+dev: $(RUNTIME)
 	$(BIN)/omnijobs dev
 
 ## Run every test (integration tests start SeaweedFS, a worker and the API themselves).
@@ -33,7 +40,7 @@ unit: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check .
 
-migrate: $(STAMP)
+migrate: $(RUNTIME)
 	$(BIN)/omnijobs migrate
 
 compose-config:

@@ -56,6 +56,16 @@ def _validation_message(exc: RequestValidationError) -> tuple[str, str | None]:
     return (f"invalid '{clip(param)}': {msg}" if param else msg), clip(param) if param else None
 
 
+def _http_message(req: Request, exc: StarletteHTTPException) -> str:
+    """The router's own 404/405 name the route that was asked for, not just a status."""
+    route = f"{req.method} {clip(req.url.path)}"
+    if exc.status_code == 404 and exc.detail == "Not Found":
+        return f"no such route: {route} (the API is under /v1; see /docs)"
+    if exc.status_code == 405 and exc.detail == "Method Not Allowed":
+        return f"method not allowed: {route}"
+    return str(exc.detail)
+
+
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(OmniJobsError)
     async def _omni(_req: Request, exc: OmniJobsError) -> JSONResponse:
@@ -73,9 +83,9 @@ def install_error_handlers(app: FastAPI) -> None:
                                        param), status_code=400)
 
     @app.exception_handler(StarletteHTTPException)
-    async def _http(_req: Request, exc: StarletteHTTPException) -> JSONResponse:
+    async def _http(req: Request, exc: StarletteHTTPException) -> JSONResponse:
         code = HTTP_CODES.get(exc.status_code, "http_error")
-        return JSONResponse(error_body(str(exc.detail), "invalid_request_error", code),
+        return JSONResponse(error_body(_http_message(req, exc), "invalid_request_error", code),
                             status_code=exc.status_code, headers=exc.headers)
 
     @app.exception_handler(Exception)

@@ -7,7 +7,8 @@
    streamed body is cut off with a 413 as soon as it passes it; the rest is never read.
 3. One access-log line per request (``AccessLog``, a middleware): method, path (never the
    query string, which may carry a URL signature), status, duration and tenant; no
-   header is ever logged.
+   header is ever logged. The same middleware records the request's latency by route
+   template and status (``omnijobs_http_request_duration_seconds``).
 
 Starlette's own body limit answers in plain text and overrides any earlier answer (a
 401 included), so neither the error shape nor the key-before-body order would hold with
@@ -31,10 +32,13 @@ from core.errors import PayloadTooLarge, clip
 from core.settings import Settings
 
 from .auth import Authenticator, bearer_key
+from .metrics import REQUEST_LATENCY
 
 access_log = logging.getLogger("omnijobs.access")
 
 POLICY_ATTR = "__omnijobs_policy__"
+# Methods a metric label may name; any other (a client may send any token) is "other".
+METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 Limit = Callable[[Settings], int]
 
 
@@ -148,9 +152,13 @@ def _limited(receive: Receive, limit: int) -> Receive:
 
 
 def _log_access(scope: Scope, status: int, started: float) -> None:
+    elapsed = time.monotonic() - started
+    method = scope.get("method")
+    REQUEST_LATENCY.labels(method if method in METHODS else "other",
+                           getattr(scope.get("route"), "path", "unmatched"),
+                           status).observe(elapsed)
     state = scope.get("state") or {}
     path = clip(scope.get("path", ""), 200)
     access_log.info("%s %s %s", scope.get("method"), path, status, extra={
         "method": scope.get("method"), "path": path, "status": status,
-        "duration_ms": round((time.monotonic() - started) * 1000, 1),
-        "tenant_id": state.get("tenant_id")})
+        "duration_ms": round(elapsed * 1000, 1), "tenant_id": state.get("tenant_id")})

@@ -33,67 +33,130 @@ WEBHOOK_RETRY_SCHEDULE_S = (0, 5, 300, 1800, 7200, 18000, 36000, 50400, 72000, 8
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="OMNIJOBS_", extra="ignore")
 
-    mode: Literal["embedded", "production"] = "embedded"
-    home: Path = Path(".omnijobs")
+    # Each field's description is its row in README.md's Configuration table
+    # (`omnijobs config --markdown` prints the table; tests/test_config_table.py checks it).
+    mode: Literal["embedded", "production"] = Field(
+        "embedded", description="`production` refuses placeholder secrets and requires "
+        "OMNIJOBS_DATABASE_URL and OMNIJOBS_BROKER_URL")
+    home: Path = Field(Path(".omnijobs"), description="Embedded state: the SQLite file, the "
+                       "broker folder, local objects and `omnijobs dev`'s key (`dev-api-key`)")
 
-    database_url: str | None = None
-    broker_url: str | None = None
+    database_url: str | None = Field(
+        None, description="e.g. `postgresql://user:pw@host/db`; unset: the SQLite file "
+        "`omnijobs.db` under OMNIJOBS_HOME")
+    broker_url: str | None = Field(
+        None, description="e.g. `redis://host:6379/0`; unset: a filesystem broker under "
+        "OMNIJOBS_HOME")
 
-    object_store: Literal["local", "s3"] = "local"
-    s3_endpoint_url: str | None = None
+    object_store: Literal["local", "s3"] = Field(
+        "local", description="`local` (files under OMNIJOBS_HOME, URLs signed by the API) or "
+        "`s3` (any S3-compatible store)")
+    s3_endpoint_url: str | None = Field(
+        None, description="Where workers upload, e.g. `http://seaweedfs:8333`; unset: AWS")
     s3_public_endpoint_url: str | None = Field(
-        default=None, description="Endpoint used when presigning, if clients reach S3 elsewhere")
-    s3_bucket: str = "omnijobs"
-    s3_region: str = "us-east-1"
-    s3_access_key_id: str | None = None
-    s3_secret_access_key: str | None = Field(default=None, repr=False)
-    s3_addressing_style: Literal["path", "virtual", "auto"] = "path"
-    s3_create_bucket: bool = True
+        None, description="Endpoint used when presigning, if clients reach S3 elsewhere; "
+        "unset: OMNIJOBS_S3_ENDPOINT_URL")
+    s3_bucket: str = Field("omnijobs", description="Bucket of the outputs")
+    s3_region: str = Field("us-east-1", description="Region the requests are signed for")
+    s3_access_key_id: str | None = Field(None, description="S3 credentials")
+    s3_secret_access_key: str | None = Field(
+        None, repr=False, description="S3 credentials (a real one is required in production)")
+    s3_addressing_style: Literal["path", "virtual", "auto"] = Field(
+        "path", description="`path`, `virtual` or `auto`")
+    s3_create_bucket: bool = Field(
+        True, description="Create the bucket at start-up if it is missing (turn off where the "
+        "credentials may not create buckets)")
 
-    public_base_url: str = "http://127.0.0.1:8000"
-    signing_secret: str = Field(default="dev-insecure-signing-secret", repr=False)
-    signed_url_ttl_s: int = Field(default=3600, ge=1, le=7 * 24 * 3600)
+    public_base_url: str = Field(
+        "http://127.0.0.1:8000", description="Base of the local store's signed URLs "
+        "(`omnijobs dev` sets it to its own address)")
+    signing_secret: str = Field(
+        "dev-insecure-signing-secret", repr=False, description="HMAC key of the local "
+        "store's signed URLs; production requires a real one of 16+ characters")
+    signed_url_ttl_s: int = Field(
+        3600, ge=1, le=7 * 24 * 3600, description="Lifetime of signed output URLs (at most "
+        "7 days)")
 
-    sync_wait_default_s: float = Field(default=60.0, ge=0)
-    sync_wait_max_s: float = Field(default=300.0, ge=0)
+    sync_wait_default_s: float = Field(
+        60.0, ge=0, description="How long `POST /v1/audio/speech` waits for its job without "
+        "`Prefer: wait`")
+    sync_wait_max_s: float = Field(300.0, ge=0,
+                                   description="The most a `Prefer: wait=N` may ask for")
 
-    lease_s: float = Field(default=60.0, gt=0)
-    max_attempts: int = Field(default=3, ge=1)
-    retry_backoff_s: float = Field(default=2.0, ge=0)
-    outbox_grace_s: float = Field(default=10.0, ge=0)
-    finalize_backlog: int = Field(default=1, ge=0)
-    stale_queued_s: float = Field(default=900.0, gt=0)
+    lease_s: float = Field(
+        60.0, gt=0, description="A running job's lease, renewed by its worker's heartbeat; "
+        "a dead worker's job is re-queued once it runs out")
+    max_attempts: int = Field(3, ge=1, description="Attempts per job (retryable failures "
+                              "only)")
+    retry_backoff_s: float = Field(2.0, ge=0, description="Base delay before a retry "
+                                   "(doubling, with jitter)")
+    outbox_grace_s: float = Field(
+        10.0, ge=0, description="The relay leaves a job's message this long to the API "
+        "that wrote it before publishing it itself")
+    finalize_backlog: int = Field(
+        1, ge=0, description="Generated results that may wait for a worker's background "
+        "finalize thread")
+    stale_queued_s: float = Field(
+        900.0, gt=0, description="A job queued this long after its message went out gets a "
+        "new one, if the broker no longer holds it")
 
     # ---- maintenance, bounded work and retention -------------------------------------
-    # Seconds between runs of each maintenance step (keys as in tasks/maintenance.py's
-    # PERIODS: relay, reap, sweep_queued, orphans, retention, prune_outbox).
-    maintenance_periods: dict[str, float] = {}
-    outbox_retention_s: float = Field(default=86400.0, gt=0)  # published rows kept this long
-    output_ttl_s: float = Field(default=7 * 86400.0, gt=0)  # objects deleted after completion
-    job_ttl_s: float = Field(default=30 * 86400.0, gt=0)  # finished job records deleted
-    storage_retry_s: float = Field(default=120.0, ge=0)  # uploads retried in place this long
+    maintenance_periods: dict[str, float] = Field(
+        {}, description="Seconds between maintenance steps (JSON), over the defaults `relay` "
+        "5, `reap` 10, `sweep_queued` 60, `retention` 600, `orphans` 3600, `prune_outbox` "
+        "3600, `webhooks` 1, `batches` 0.5")
+    outbox_retention_s: float = Field(
+        86400.0, gt=0, description="Published outbox rows are deleted after this long")
+    output_ttl_s: float = Field(
+        7 * 86400.0, gt=0, description="Outputs' objects are deleted this long after "
+        "completion (`expires_at`): 7 days")
+    job_ttl_s: float = Field(
+        30 * 86400.0, gt=0, description="Finished jobs' records are deleted this long after "
+        "they ended: 30 days")
+    storage_retry_s: float = Field(
+        120.0, ge=0, description="An upload to an unreachable store is retried in place "
+        "this long")
 
-    pipelines: list[str] = ["piper-joe", "reference-t2va"]
-    pipeline_modules: list[str] = []
-    model_aliases: dict[str, str] = DEFAULT_ALIASES
-    pipeline_options: dict[str, dict[str, Any]] = {}
+    pipelines: list[str] = Field(
+        ["piper-joe", "reference-t2va"], description="Enabled pipelines (JSON list): the "
+        "models the API serves, and what `omnijobs worker` runs without `--pipeline`")
+    pipeline_modules: list[str] = Field(
+        [], description="Extra modules that register pipelines (JSON list)")
+    model_aliases: dict[str, str] = Field(
+        DEFAULT_ALIASES, description="Model ids mapped to a served model or pipeline (JSON); "
+        "what is set here is merged over the defaults, replacing an alias of the same name")
+    pipeline_options: dict[str, dict[str, Any]] = Field(
+        {}, description="Per-pipeline options (JSON), e.g. model path and deploy config for "
+        "the GPU pipelines, `max_runtime_s`")
 
     # ---- webhooks -------------------------------------------------------------------
     webhook_retry_schedule_s: list[float] = Field(
-        default=list(WEBHOOK_RETRY_SCHEDULE_S), min_length=1, max_length=50,
-        description="Delay before each delivery attempt (the first is the initial one)")
-    webhook_timeout_s: float = Field(default=15.0, gt=0, le=120)
+        list(WEBHOOK_RETRY_SCHEDULE_S), min_length=1, max_length=50,
+        description="Delay before each delivery attempt, after the previous one (JSON; "
+        "starts with 0; its length is the number of attempts)")
+    webhook_timeout_s: float = Field(15.0, gt=0, le=120,
+                                     description="Time allowed for one delivery attempt")
     webhook_allowed_networks: list[str] | None = Field(
-        default=None, description="CIDRs webhooks may reach despite the SSRF guard; "
-        "default: loopback in the embedded mode, none in production")
+        None, description="CIDRs that webhook URLs may reach despite the SSRF guard (JSON "
+        "list); unset: loopback in the embedded mode, none in production")
+
+    @field_validator("model_aliases")
+    @classmethod
+    def _aliases(cls, value: dict[str, str]) -> dict[str, str]:
+        """Merged over the defaults: a deployment that adds one alias keeps the OpenAI
+        names working."""
+        return {**DEFAULT_ALIASES, **value}
 
     # ---- files and batches -------------------------------------------------------------
-    batch_max_file_bytes: int = Field(default=200 * 2**20, ge=1024,
-                                      description="Largest batch input file")
-    batch_max_lines: int = Field(default=50_000, ge=1, le=1_000_000,
+    batch_max_file_bytes: int = Field(
+        200 * 2**20, ge=1024, description="Largest batch input file (200 MB; `POST /v1/files` "
+        "answers 413 above it)")
+    batch_max_lines: int = Field(50_000, ge=1, le=1_000_000,
                                  description="Most requests in one batch")
-    batch_max_active: int = Field(default=10, ge=1, description="Unfinished batches a tenant "
-                                  "may have at once (the bulk quota)")
+    batch_max_active: int = Field(
+        10, ge=1, description="Unfinished batches a tenant may have at once: the bulk quota, "
+        "apart from OMNIJOBS_TENANT_MAX_ACTIVE and OMNIJOBS_PIPELINE_MAX_QUEUED, which count "
+        "no batch's jobs")
 
     @field_validator("webhook_retry_schedule_s")
     @classmethod
@@ -118,15 +181,36 @@ class Settings(BaseSettings):
         return ["127.0.0.0/8", "::1/128"] if self.mode == "embedded" else []
 
     # ---- limits, quotas and exposure (SECURITY.md says what each one defends) ----------
-    max_body_bytes: int = Field(default=1 << 20, ge=1024)
-    api_threads: int = Field(default=40, ge=1, le=1000)
-    db_pool_timeout_s: float = Field(default=5.0, gt=0)
-    auth_cache_ttl_s: float = Field(default=5.0, ge=0, le=10)
-    tenant_max_active: int = Field(default=1000, ge=1)
-    pipeline_max_queued: int = Field(default=10_000, ge=1)
-    tenant_submits_per_s: float | None = Field(default=None, ge=0)
-    tenant_submit_burst: int | None = Field(default=None, ge=1)
-    metrics_public: bool = False
+    max_body_bytes: int = Field(
+        1 << 20, ge=1024, description="Largest request body (JSON and forms); routes that "
+        "take files declare their own")
+    api_threads: int = Field(
+        40, ge=1, le=1000, description="Worker threads of an API process; its database pool "
+        "has as many connections")
+    db_pool_timeout_s: float = Field(
+        5.0, gt=0, description="Wait for a free database connection before answering 503")
+    auth_cache_ttl_s: float = Field(
+        5.0, ge=0, le=10, description="How long an API process trusts a checked key (at most "
+        "10): a revoked key is refused within it")
+    tenant_max_active: int = Field(
+        1000, ge=1, description="Jobs a tenant may have queued or running (a batch's jobs "
+        "count against OMNIJOBS_BATCH_MAX_ACTIVE instead)")
+    pipeline_max_queued: int = Field(
+        10_000, ge=1, description="Jobs that may wait in one pipeline's queue, all tenants "
+        "together (a batch's jobs apart)")
+    tenant_submits_per_s: float | None = Field(
+        None, ge=0, description="Submits per second per tenant (a token bucket, shared "
+        "through Redis); `0` turns it off; unset: off in the embedded mode, 50 in production")
+    tenant_submit_burst: int | None = Field(
+        None, ge=1, description="The token bucket's size; unset: twice the rate")
+    metrics_public: bool = Field(
+        False, description="Also serve `/metrics` on the API's port (otherwise only on "
+        "`--metrics-port`)")
+
+    # ---- what a person sees ---------------------------------------------------------
+    log_format: Literal["json", "text"] = Field(
+        "json", description="`json` (one object per line) or `text` (for a person; "
+        "`omnijobs dev` uses it)")
 
     @model_validator(mode="after")
     def _refuse_placeholders(self) -> Settings:

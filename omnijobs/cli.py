@@ -15,6 +15,8 @@ import typer
 from core.settings import PLACEHOLDER_SECRETS, Settings
 from omnijobs.batch_cli import batch_cli
 
+from . import console
+
 cli = typer.Typer(help="omnijobs: durable speech and video jobs.", no_args_is_help=True)
 keys_cli = typer.Typer(help="Manage API keys.", no_args_is_help=True)
 cli.add_typer(keys_cli, name="keys")
@@ -23,38 +25,69 @@ cli.add_typer(webhooks_cli, name="webhooks")
 cli.add_typer(batch_cli, name="batch")
 
 
-def _settings() -> Settings:
+# One spelling for every command's log level (the former ``--loglevel`` still works).
+LogLevel = Annotated[str, typer.Option("--log-level", "--loglevel",
+                                       help="DEBUG, INFO, WARNING or ERROR")]
+
+
+@cli.callback()
+def _options(debug: Annotated[bool, typer.Option(
+        "--debug", help="Show the traceback of an error instead of one line")] = False
+             ) -> None:
+    """omnijobs: durable speech and video jobs."""  # --debug is read by console.run
+
+
+def _settings(create_home: bool = True) -> Settings:
     settings = Settings()
-    settings.home.mkdir(parents=True, exist_ok=True)
+    if create_home:
+        settings.home.mkdir(parents=True, exist_ok=True)
     return settings
 
 
 def _logging(level: str = "INFO") -> None:
-    """JSON lines on stderr; ``extra={"job_id": ...}`` on a record becomes a field."""
-    from pythonjsonlogger.json import JsonFormatter
-
-    handler = logging.StreamHandler()
-    handler.setFormatter(JsonFormatter("%(asctime)s %(levelname)s %(name)s %(message)s",
-                                       rename_fields={"levelname": "level",
-                                                      "asctime": "time"}))
-    logging.basicConfig(level=level, handlers=[handler], force=True)
+    console.setup_logging(level, Settings().log_format)
 
 
 @cli.command()
 def migrate() -> None:
-    """Bring the database schema up to date (Alembic)."""
-    from storage.migrate import upgrade
+    """Bring the database schema up to date (Alembic); says what it did."""
+    from storage.migrate import upgrade, where
 
     settings = _settings()
-    upgrade(settings.db_url)
-    typer.echo("database is at the latest revision")
+    before, after = upgrade(settings.db_url)
+    place = where(settings.db_url)
+    if before == after:
+        typer.echo(f"{place}: already at the latest revision ({after})")
+    else:
+        typer.echo(f"{place}: upgraded from {before or 'an empty database'} to {after}")
+
+
+@cli.command()
+def config(markdown: Annotated[bool, typer.Option(
+        help="Print README.md's Configuration table (every setting, its default and "
+             "meaning) instead")] = False) -> None:
+    """Print the effective settings, from OMNIJOBS_* variables (secrets hidden)."""
+    if markdown:
+        typer.echo(console.config_table())
+        return
+    typer.echo("\n".join(console.effective_settings(_settings(create_home=False))))
+
+
+def _admin_db() -> str:
+    """The database of an admin command, which must exist and be migrated: checked
+    first, so a wrong folder or a missing ``migrate`` creates nothing."""
+    from storage.migrate import require_schema
+
+    url = _settings(create_home=False).db_url
+    require_schema(url)
+    return url
 
 
 def _keys():
     from storage.db import make_engine, make_sessionmaker
     from storage.repositories import KeyRepository
 
-    return KeyRepository(make_sessionmaker(make_engine(_settings().db_url)))
+    return KeyRepository(make_sessionmaker(make_engine(_admin_db())))
 
 
 def _when(value) -> str:
@@ -81,7 +114,7 @@ def webhooks_secret(
     from storage.db import make_engine, make_sessionmaker
     from storage.repositories import WebhookRepository
 
-    hooks = WebhookRepository(make_sessionmaker(make_engine(_settings().db_url)))
+    hooks = WebhookRepository(make_sessionmaker(make_engine(_admin_db())))
     tenant_id = hooks.tenant_id(tenant)
     if tenant_id is None:
         typer.echo(f"no tenant named {tenant!r}", err=True)
@@ -164,7 +197,7 @@ def build_api(settings: Settings):
 
 
 @cli.command()
-def api(host: str = "127.0.0.1", port: int = 8000, log_level: str = "info",
+def api(host: str = "127.0.0.1", port: int = 8000, log_level: LogLevel = "info",
         metrics_port: Annotated[int | None, typer.Option(
             help="Serve Prometheus metrics on this port (same host)")] = None) -> None:
     """Serve the HTTP API (``/metrics`` only on --metrics-port unless
@@ -173,12 +206,13 @@ def api(host: str = "127.0.0.1", port: int = 8000, log_level: str = "info",
 
     settings = _settings()
     _refuse_exposed_placeholder(settings, host)
-    _logging(log_level.upper())
+    console.require_free_port(host, port)
+    _logging(log_level)
     if metrics_port is not None:
         from prometheus_client import start_http_server
 
         start_http_server(metrics_port, addr=host)
-    uvicorn.run(build_api(settings), host=host, port=port, log_level=log_level,
+    uvicorn.run(build_api(settings), host=host, port=port, log_level=log_level.lower(),
                 log_config=None, access_log=False)
 
 
@@ -189,7 +223,7 @@ def worker(
     gpu: Annotated[str | None, typer.Option(
         help="Pin this process to its GPU(s): 0, or 2,3,4,5,6,7 for a multi-GPU deploy")] = None,
     metrics_port: Annotated[int | None, typer.Option(help="Serve Prometheus metrics")] = None,
-    loglevel: str = "INFO",
+    log_level: LogLevel = "INFO",
     supervise: Annotated[bool, typer.Option(hidden=True)] = True,
     maintenance: Annotated[bool, typer.Option(
         hidden=True, help="Ignored: render workers never run maintenance")] = False,
@@ -206,7 +240,7 @@ def worker(
         os.environ["CUDA_VISIBLE_DEVICES"] = gpu
     if supervise:
         raise typer.Exit(_supervise([*sys.argv[1:], "--no-supervise"]))
-    _run_worker(pipeline, metrics_port, loglevel)
+    _run_worker(pipeline, metrics_port, log_level.upper())
 
 
 def _die_with_parent() -> None:  # pragma: no cover - runs in the child before exec
@@ -255,7 +289,8 @@ def _run_worker(pipeline: list[str] | None, metrics_port: int | None, loglevel: 
     runtime = get_runtime(settings)
     runtime.warm(names)
     queues = [get_spec(n).queue for n in names]
-    argv = ["worker", "--pool=solo", "-Q", ",".join(queues), f"--loglevel={loglevel}",
+    argv = [*_quiet(settings), "worker", "--pool=solo", "-Q", ",".join(queues),
+            f"--loglevel={loglevel}",
             "-n", f"omnijobs-{os.getpid()}@%h", "--without-gossip", "--without-mingle", "-E"]
     try:
         make_celery(settings).worker_main(argv)
@@ -264,8 +299,13 @@ def _run_worker(pipeline: list[str] | None, metrics_port: int | None, loglevel: 
             os._exit(RESTART_EXIT)  # after Celery's warm shutdown drained in-flight work
 
 
+def _quiet(settings: Settings) -> list[str]:
+    """Celery's start-up banner is left out where logs are for a person to read."""
+    return ["--quiet"] if settings.log_format == "text" else []
+
+
 @cli.command()
-def maintenance(loglevel: str = "INFO") -> None:
+def maintenance(log_level: LogLevel = "INFO") -> None:
     """Run the maintenance process, one per deployment: outbox relay, lease reaper,
     lost-message sweep, retention, orphan sweep, outbox pruning, batches, and the CPU
     queues (webhook deliveries). It never renders, so render work cannot hold it up."""
@@ -274,17 +314,22 @@ def maintenance(loglevel: str = "INFO") -> None:
     from tasks.maintenance import run
     from tasks.runtime import get_runtime
 
-    _logging(loglevel)
+    _logging(log_level)
     settings = _settings()
     runtime = get_runtime(settings)
     runtime.check_line = line_checker(settings)  # batch lines: the API's own contract
-    run(runtime, make_celery(settings), loglevel)
+    run(runtime, make_celery(settings), log_level.upper(), quiet=bool(_quiet(settings)))
 
 
 @cli.command()
-def beat(loglevel: str = "INFO") -> None:
+def beat(log_level: LogLevel = "INFO") -> None:
     """Same as ``omnijobs maintenance`` (its former name)."""
-    maintenance(loglevel)
+    maintenance(log_level)
+
+
+def key_file(settings: Settings):
+    """Where ``omnijobs dev`` keeps its API key (the README points there)."""
+    return settings.home / "dev-api-key"
 
 
 def _dev_key(settings: Settings) -> str:
@@ -292,7 +337,7 @@ def _dev_key(settings: Settings) -> str:
     from storage.repositories import KeyRepository
 
     keys = KeyRepository(make_sessionmaker(make_engine(settings.db_url)))
-    path = settings.home / "dev-api-key"
+    path = key_file(settings)
     if path.exists() and keys.authenticate(path.read_text().strip()):
         return path.read_text().strip()
     _, key = keys.create_key("dev")
@@ -312,8 +357,9 @@ def dev(host: str = "127.0.0.1", port: int = 8000,
 
     from storage.migrate import upgrade
 
+    os.environ.setdefault("OMNIJOBS_LOG_FORMAT", "text")  # for a person (and the children)
     _logging()
-    settings = _settings()
+    settings = _settings(create_home=False)
     if settings.mode != "embedded":
         raise typer.BadParameter("omnijobs dev runs the embedded mode only")
     if not _is_loopback(host) and not allow_remote:
@@ -321,6 +367,7 @@ def dev(host: str = "127.0.0.1", port: int = 8000,
                                  "--allow-remote and a real signing secret",
                                  param_hint="--host")
     _refuse_exposed_placeholder(settings, host)
+    console.require_free_port(host, port)  # before anything that looks like success
     os.environ.setdefault("OMNIJOBS_PUBLIC_BASE_URL", f"http://{host}:{port}")
     settings = _settings()
     upgrade(settings.db_url)
@@ -329,7 +376,7 @@ def dev(host: str = "127.0.0.1", port: int = 8000,
                                  preexec_fn=_die_with_parent)
                 for role in ("worker", "maintenance")]
 
-    def stop_children(*_args) -> None:
+    def stop_children() -> None:
         for child in children:
             if child.poll() is None:
                 child.send_signal(signal.SIGTERM)
@@ -338,13 +385,17 @@ def dev(host: str = "127.0.0.1", port: int = 8000,
                 child.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 child.kill()
+
+    def stop_and_exit(*_args) -> None:
+        stop_children()
         raise SystemExit(0)
 
     # uvicorn re-raises SIGINT/SIGTERM after its graceful shutdown; this handler then
     # stops the worker and maintenance too, so nothing outlives `omnijobs dev`.
     for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, stop_children)
-    typer.echo(f"\nomnijobs is starting on http://{host}:{port}\nAPI key: {key}\n\n"
+        signal.signal(signum, stop_and_exit)
+    typer.echo(f"\nomnijobs is starting on http://{host}:{port}\nAPI key: {key}\n"
+               f"(saved in {key_file(settings)}: KEY=$(cat {key_file(settings)}))\n\n"
                "Try:\n"
                f"  curl -sS http://{host}:{port}/v1/audio/speech \\\n"
                f"    -H 'Authorization: Bearer {key}' -H 'Content-Type: application/json' \\\n"
@@ -354,12 +405,12 @@ def dev(host: str = "127.0.0.1", port: int = 8000,
     try:
         uvicorn.run(build_api(settings), host=host, port=port, log_level="info",
                     log_config=None, access_log=False)
-    finally:
+    finally:  # without an exit of its own: a server that failed keeps its status
         stop_children()
 
 
 def main() -> None:
-    cli()
+    console.run(cli, sys.argv)
 
 
 if __name__ == "__main__":

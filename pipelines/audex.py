@@ -42,7 +42,14 @@ from core.jobs import JobKind
 from media.validate import AudioBounds
 
 from .base import AudioPiece, Pipeline, PipelineSpec, RunContext, SpeechRequest
-from .omni_bridge import OmniBridge, import_object, output_kind, scalar, to_numpy
+from .omni_bridge import (
+    OmniBridge,
+    gpu_import,
+    import_object,
+    output_kind,
+    scalar,
+    to_numpy,
+)
 from .registry import register_pipeline
 
 Mode = Literal["tts", "tta", "text"]
@@ -104,12 +111,11 @@ def load_tokenizer(model: str, folder: str = "checkpoint_folder_audiogen") -> An
     """The thinker's tokenizer, for CFG null prompts and token budgets. ``model`` is the
     checkpoint root (a path or hub id) or one of its ``checkpoint_folder_*`` folders,
     as vLLM-Omni's Audex adapter takes it (tts_adapters/audex.py:53-59)."""
-    from transformers import AutoTokenizer
-
+    tokenizer = gpu_import("transformers").AutoTokenizer
     path = os.path.normpath(model)
     if os.path.basename(path).startswith("checkpoint_folder"):
-        return AutoTokenizer.from_pretrained(os.path.join(os.path.dirname(path), folder))
-    return AutoTokenizer.from_pretrained(model, subfolder=folder)
+        return tokenizer.from_pretrained(os.path.join(os.path.dirname(path), folder))
+    return tokenizer.from_pretrained(model, subfolder=folder)
 
 
 def tta_rvq(tokenizer: Any) -> dict[str, Any]:

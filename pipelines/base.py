@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -88,6 +89,17 @@ class VideoResult:
 
 
 RATIO_TOLERANCE = 0.02
+# Letters, digits (numbers) and symbols: what a text-to-speech front end turns into sound.
+# Whitespace, punctuation and invisible format characters alone become nothing.
+_WORDLIKE = ("L", "N", "S")
+
+
+def require_text(text: str, param: str) -> None:
+    """Refuse text that would render nothing (" ", ".", "?!"): a clear 400 at submit
+    rather than a stored job that fails with ``no_audio``."""
+    if not any(unicodedata.category(ch)[0] in _WORDLIKE for ch in text):
+        raise InvalidRequest(f"{param} has nothing to speak or render: it needs at least one "
+                             "letter, digit or symbol", param=param, code="empty_input")
 
 
 def named_ratio(width: int, height: int, ratios: tuple[tuple[int, int], ...]
@@ -165,27 +177,39 @@ class PipelineSpec:
             return self.max_runtime_s
         return 3600.0 if self.kind is JobKind.VIDEO else 900.0
 
-    def validate_speech(self, req: SpeechRequest) -> None:
-        """Raise InvalidRequest for anything this pipeline cannot honour."""
+    def named(self, model: str | None) -> str:
+        """The model as the caller named it. An alias's error must name the alias (not a
+        model the caller never asked for) and say what serves it: that is why its limits
+        apply."""
+        model = model or self.models[0]
+        if model in self.models or model == self.name:
+            return f"'{clip(model)}'"
+        return f"'{clip(model)}' (served here by {self.name}: {self.description})"
+
+    def validate_speech(self, req: SpeechRequest, model: str | None = None) -> None:
+        """Raise InvalidRequest for anything this pipeline cannot honour; ``model`` is the
+        id the caller used (an alias, perhaps)."""
         if len(req.input) > self.max_input_chars:
             raise InvalidRequest(f"input is {len(req.input)} characters; {self.name} accepts "
                                  f"at most {self.max_input_chars}", param="input",
                                  code="input_too_long")
+        require_text(req.input, "input")
         voice = (req.voice or "").strip()
         if voice and voice.lower() != "default" and (
                 self.voices is None or voice.lower() not in self.voices):
             raise InvalidRequest(f"voice '{clip(voice)}' is not available for model "
-                                 f"'{clip(self.models[0])}'", param="voice",
+                                 f"{self.named(model)}", param="voice",
                                  code="unsupported_voice")
-        if req.instructions and not self.supports_instructions:
-            raise InvalidRequest(f"instructions are not supported by '{clip(self.models[0])}'",
-                                 param="instructions", code="unsupported_parameter")
-        if req.speed != 1.0 and not self.supports_speed:
-            raise InvalidRequest(f"speed is not supported by '{clip(self.models[0])}'",
-                                 param="speed", code="unsupported_parameter")
-        self._validate_extra(req.extra)
+        for name, unsupported in (
+                ("instructions", req.instructions and not self.supports_instructions),
+                ("speed", req.speed != 1.0 and not self.supports_speed)):
+            if unsupported:
+                raise InvalidRequest(f"'{name}' is not supported by {self.named(model)}; "
+                                     "leave it out",
+                                     param=name, code="unsupported_parameter")
+        self._validate_extra(req.extra, model)
 
-    def _validate_extra(self, extra: dict[str, Any]) -> None:
+    def _validate_extra(self, extra: dict[str, Any], model: str | None) -> None:
         reserved = sorted(set(extra) & self.reserved_fields)
         if reserved:
             raise InvalidRequest(f"'{clip(reserved[0])}' is set by the service and may not be "
@@ -201,16 +225,17 @@ class PipelineSpec:
         if unknown:
             name = sorted(unknown)[0]
             raise InvalidRequest(f"unrecognised parameter '{clip(name)}' for "
-                                 f"'{clip(self.models[0])}'", param=clip(name),
+                                 f"{self.named(model)}", param=clip(name),
                                  code="unsupported_parameter")
 
 
-    def validate_video(self, req: VideoRequest) -> None:
+    def validate_video(self, req: VideoRequest, model: str | None = None) -> None:
         """Raise InvalidRequest for a clip this pipeline cannot make."""
         lim = self.video
         if lim is None:
-            raise InvalidRequest(f"'{clip(self.models[0])}' does not generate video",
+            raise InvalidRequest(f"{self.named(model)} does not generate video",
                                  param="model", code="unsupported_model")
+        require_text(req.prompt, "prompt")
         frames, width, height = lim.rendered(req)
         checks = [
             (lim.min_seconds <= req.seconds <= lim.max_seconds and req.seconds > 0, "seconds",
@@ -224,10 +249,10 @@ class PipelineSpec:
              "width and height must be even (H.264 yuv420p)"),
             (1 <= req.fps <= lim.max_fps, "fps", f"fps must be in [1, {lim.max_fps}]"),
             (lim.fixed_fps in (None, req.fps), "fps",
-             f"'{clip(self.models[0])}' renders at {lim.fixed_fps} fps only"),
+             f"{self.named(model)} renders at {lim.fixed_fps} fps only"),
             (1 <= req.n <= lim.max_n, "n", f"n must be in [1, {lim.max_n}]"),
             (lim.makes_audio or not req.generate_audio, "generate_audio",
-             f"'{clip(self.models[0])}' does not generate audio"),
+             f"{self.named(model)} does not generate audio"),
             (req.n * frames * width * height * 3 <= lim.max_raw_bytes, "size",
              f"n x frames x size is too large: at most {lim.max_raw_bytes / 2**30:g} GiB "
              "of raw frames per job"),

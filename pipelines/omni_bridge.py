@@ -42,13 +42,31 @@ def import_object(path: str) -> Any:
         raise ConfigurationError(f"cannot import {path} ({type(exc).__name__})") from exc
 
 
+# What the [gpu] extra brings; CPU installs lack them.
+GPU_MODULES = frozenset({"torch", "vllm", "vllm_omni", "transformers"})
+
+
+def gpu_import(module: str) -> Any:
+    """Import a module of the [gpu] extra; on an install without it, say so (and how to
+    get it) instead of a bare ModuleNotFoundError from deep inside vllm."""
+    try:
+        return importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        if (exc.name or "").split(".")[0] not in GPU_MODULES:
+            raise
+        raise ConfigurationError(
+            f"the GPU pipelines need the [gpu] extra (vllm, vllm-omni, torch), which this "
+            f"install lacks (no module named '{exc.name}'): install it from a checkout with "
+            "pip install -e '.[gpu]', or build Dockerfile.gpu", code="gpu_extra_missing"
+        ) from exc
+
+
 def build_async_omni(model: str, deploy_config: str | None = None, **kwargs: Any) -> Any:
     """The production engine: ``vllm_omni.AsyncOmni(model, deploy_config=...)``."""
-    from vllm_omni import AsyncOmni
-
+    vllm_omni = gpu_import("vllm_omni")
     if deploy_config is not None:
         kwargs["deploy_config"] = deploy_config
-    return AsyncOmni(model, **kwargs)
+    return vllm_omni.AsyncOmni(model, **kwargs)
 
 
 def output_kind(name: str) -> Any:

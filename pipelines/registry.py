@@ -31,7 +31,8 @@ def get_pipeline_class(name: str) -> type[Pipeline]:
     try:
         return _REGISTRY[name]
     except KeyError:
-        raise ModelNotFound(f"pipeline '{clip(name)}' is not registered") from None
+        raise ModelNotFound(f"pipeline '{clip(name)}' is not registered; the registered "
+                            f"ones are {', '.join(sorted(_REGISTRY))}") from None
 
 
 def get_spec(name: str) -> PipelineSpec:

@@ -6,6 +6,13 @@ from pathlib import Path
 
 from alembic import command
 from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy.engine import make_url
+
+from core.errors import ConfigurationError, ServiceUnavailable
+
+from .db import make_engine
 
 MIGRATIONS = Path(__file__).resolve().parent.parent / "migrations"
 
@@ -18,9 +25,55 @@ def alembic_config(url: str) -> Config:
     return cfg
 
 
-def upgrade(url: str, revision: str = "head") -> None:
+def upgrade(url: str, revision: str = "head") -> tuple[str | None, str | None]:
+    """Upgrade; returns the revisions before and after (None: no schema)."""
+    before = current_revision(url)
     command.upgrade(alembic_config(url), revision)
+    return before, current_revision(url)
 
 
 def downgrade(url: str, revision: str) -> None:
     command.downgrade(alembic_config(url), revision)
+
+
+def head_revision() -> str:
+    return ScriptDirectory.from_config(alembic_config("")).get_current_head()
+
+
+def current_revision(url: str) -> str | None:
+    engine = make_engine(url)
+    try:
+        with engine.connect() as conn:
+            return MigrationContext.configure(conn).get_current_revision()
+    finally:
+        engine.dispose()
+
+
+def where(url: str) -> str:
+    """The database as a person would name it: the SQLite file, or the URL without its
+    password."""
+    parsed = make_url(url)
+    if parsed.get_backend_name() == "sqlite":
+        return str(parsed.database)
+    return parsed.render_as_string(hide_password=True)
+
+
+def require_schema(url: str) -> None:
+    """Refuse to work on a database that is missing or not migrated, saying where it was
+    looked for and what to run, without creating anything (an SQLite file included)."""
+    parsed = make_url(url)
+    if parsed.get_backend_name() == "sqlite" and not Path(parsed.database or "").is_file():
+        raise ConfigurationError(
+            f"no omnijobs database at {where(url)}: run `omnijobs migrate` first (`make dev` "
+            "does), from the folder the service runs in, or set OMNIJOBS_HOME or "
+            "OMNIJOBS_DATABASE_URL to the service's database", code="schema_not_ready")
+    try:
+        found = current_revision(url)
+    except ServiceUnavailable as exc:
+        raise ServiceUnavailable(f"cannot reach the database at {where(url)}: "
+                                 f"{exc.message}") from exc
+    head = head_revision()
+    if found != head:
+        state = "has no omnijobs schema" if found is None else f"is at revision {found}"
+        raise ConfigurationError(f"the database at {where(url)} {state}; this version needs "
+                                 f"{head}: run `omnijobs migrate`", code="schema_not_ready")

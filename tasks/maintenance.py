@@ -98,11 +98,13 @@ class Maintenance:
         self._stop.set()
 
 
-def run(rt: WorkerRuntime, app: Celery, loglevel: str, concurrency: int = 4) -> None:
+def run(rt: WorkerRuntime, app: Celery, loglevel: str, concurrency: int = 4,
+        quiet: bool = False) -> None:
     """The steps on their threads, and a Celery worker (threads pool) for the CPU queues
-    on the main thread, until a signal stops it."""
+    on the main thread, until a signal stops it (``quiet``: without Celery's banner)."""
     upkeep = Maintenance(rt, app).start()
-    argv = ["worker", "--pool=threads", f"--concurrency={concurrency}",
+    argv = [*(["--quiet"] if quiet else []), "worker", "--pool=threads",
+            f"--concurrency={concurrency}",
             "-Q", ",".join(MAINTENANCE_QUEUES), f"--loglevel={loglevel}",
             "-n", f"maintenance-{os.getpid()}@%h", "--without-gossip", "--without-mingle",
             "-E"]

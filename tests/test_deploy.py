@@ -55,3 +55,14 @@ def test_production_services_run_in_production_mode():
     for name in ("api", "worker", "maintenance", "gpu-worker"):
         env = SERVICES[name]["environment"]
         assert env["OMNIJOBS_MODE"] == "production", name
+
+
+def test_a_refused_secret_stops_every_omnijobs_service():
+    """Compose cannot measure a variable's length; the one-shot migrate (production mode,
+    so a signing secret under 16 characters is refused in one line, see test_cli) runs
+    first and every omnijobs service waits for it to succeed."""
+    assert SERVICES["migrate"]["environment"]["OMNIJOBS_MODE"] == "production"
+    assert "16+ characters" in SERVICES["api"]["environment"]["OMNIJOBS_SIGNING_SECRET"]
+    for name in ("api", "worker", "maintenance", "gpu-worker"):
+        assert SERVICES[name]["depends_on"]["migrate"] == {
+            "condition": "service_completed_successfully"}, name

@@ -94,7 +94,7 @@ def test_environment_prefix_is_read(monkeypatch: pytest.MonkeyPatch, tmp_path: P
     assert s.max_attempts == 5
     assert s.s3_create_bucket is False
     assert s.pipelines == ["piper-joe", "test-silent"]
-    assert s.model_aliases == {"tts-1": "test-silent"}
+    assert s.model_aliases == {**DEFAULT_ALIASES, "tts-1": "test-silent"}
 
 
 def test_unprefixed_variables_are_ignored(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -7,6 +7,7 @@ from fastapi.responses import StreamingResponse
 
 from core.errors import Conflict, NotFound, OutputExpired
 from core.jobs import JobKind, JobStatus
+from storage.records import JobRecord
 from storage.views import outputs_expired
 
 from ..deps import Services, services, tenant_id
@@ -33,8 +34,19 @@ def retrieve_job(job_id: str, svc: Services = Depends(services),
 @router.post("/{job_id}/cancel", response_model=JobPublic)
 def cancel_job(job_id: str, svc: Services = Depends(services),
                tenant: str = Depends(tenant_id)) -> JobPublic:
-    get_job(svc, tenant, job_id)
-    return job_public(svc, found(svc.jobs.cancel(job_id, tenant), job_id))
+    """Only a queued or running job can be cancelled; one that has ended (or ends while
+    this runs) is a 409 naming its status, so a caller never mistakes it for a cancel."""
+    not_cancellable(get_job(svc, tenant, job_id))
+    job = found(svc.jobs.cancel(job_id, tenant), job_id)
+    if job.status is not JobStatus.CANCELLED:
+        not_cancellable(job)
+    return job_public(svc, job)
+
+
+def not_cancellable(job: JobRecord) -> None:
+    if job.status.terminal:
+        raise Conflict(f"job {job.id} is {job.status.value}; only a queued or running job "
+                       "can be cancelled", code="job_not_cancellable")
 
 
 def stream_output(svc: Services, job, index: int) -> StreamingResponse:

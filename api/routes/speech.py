@@ -39,7 +39,7 @@ def speech_job(settings: Settings, body: SpeechCreate) -> tuple[PipelineSpec, di
                              param="model", code="unsupported_model")
     fields = body.model_dump(exclude_none=True, exclude={
         "model", "metadata", "stream_format", "webhook_url", "webhook_events"})
-    spec.validate_speech(SpeechRequest.from_dict(fields))
+    spec.validate_speech(SpeechRequest.from_dict(fields), body.model)
     return spec, fields
 
 

@@ -94,7 +94,7 @@ def video_request(spec: PipelineSpec, body: VideoCreate) -> dict:
         else body.generate_audio,
         "guidance_scale": body.guidance_scale,
     }
-    spec.validate_video(VideoRequest.from_dict(request))
+    spec.validate_video(VideoRequest.from_dict(request), body.model)
     return request
 
 

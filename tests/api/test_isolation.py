@@ -36,6 +36,8 @@ BODY = {
 # Routes whose ids are not a tenant's, and what protects them instead.
 NOT_TENANT_SCOPED = {
     "/v1/objects/{key:path}": "signed URLs: the HMAC signature grants access (test_bad_ids)",
+    "/v1/models/{model:anytext}": "the deployment's models, the same for every tenant "
+                               "(test_corners)",
 }
 PARAM = re.compile(r"{(\w+)(?::\w+)?}")
 

@@ -104,5 +104,6 @@ def test_cancel_queued_job(stack, key):
                         json={"model": "test-slow", "input": "Never mind."}).json()["id"]
         assert c.get(f"/v1/jobs/{job_id}").json()["status"] == "queued"
         assert c.post(f"/v1/jobs/{job_id}/cancel").json()["status"] == "cancelled"
-        again = c.post(f"/v1/jobs/{job_id}/cancel").json()
-        assert again["status"] == "cancelled" and again["completed_at"] is not None
+        again = c.post(f"/v1/jobs/{job_id}/cancel")
+        assert again.status_code == 409 and again.json()["error"]["code"] == "job_not_cancellable"
+        assert c.get(f"/v1/jobs/{job_id}").json()["completed_at"] is not None

@@ -73,3 +73,18 @@ def test_embedded_speech_and_local_signed_urls(embedded):
     expired = httpx.get(url)
     assert expired.status_code == 403
     assert expired.json()["error"]["code"] == "signature_expired"
+
+
+def test_dev_output_is_for_a_person(embedded):
+    """Readable lines, no Celery banners and no per-connection warnings scrolling the
+    API key away; the banner says where the key is kept."""
+    _base, key, cwd = embedded
+    log = cwd / "dev.log"
+    wait_until(lambda: log.read_text().count(" ready.") >= 2, 60, "the worker and maintenance")
+    printed = log.read_text()
+    assert "(saved in .omnijobs/dev-api-key: KEY=$(cat .omnijobs/dev-api-key))" in printed
+    assert (cwd / ".omnijobs" / "dev-api-key").read_text().strip() == key
+    assert not [line for line in printed.splitlines() if line.startswith("{")]
+    assert "-------------- " not in printed and "[queues]" not in printed
+    assert "No hostname was supplied" not in printed
+    assert "INFO    tasks.maintenance: maintenance running" in printed

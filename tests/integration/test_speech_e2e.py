@@ -68,6 +68,25 @@ def test_openai_sdk_every_format(stack, key, fmt):
     assert abs(job["outputs"][0]["duration_s"] - probe.duration_s) < 0.01
 
 
+def test_openai_sdk_retrieves_models_by_id(stack, key):
+    """``client.models.retrieve``, an id with a slash included; an unknown id is the SDK's
+    NotFoundError, and an unknown route is an error in OpenAI's shape too."""
+    import openai
+
+    sdk = OpenAI(base_url=f"{stack.base_url}/v1", api_key=key, max_retries=0)
+    for model_id, pipeline in [("tts-1", "piper-joe"), ("piper/en_US-joe-medium", "piper-joe"),
+                               ("MiniMaxAI/MiniMax-H3", "minimax-h3")]:
+        model = sdk.models.retrieve(model_id)
+        assert model.id == model_id and model.object == "model"
+        assert model.model_extra["pipeline"] == pipeline
+    with pytest.raises(openai.NotFoundError) as err:
+        sdk.models.retrieve("gpt-5-tts")
+    assert err.value.code == "model_not_found" and "gpt-5-tts" in err.value.message
+    with pytest.raises(openai.NotFoundError) as err:
+        sdk.get("/nothing-here", cast_to=object)
+    assert err.value.code == "not_found"
+
+
 def test_signed_url_expires(stack, key):
     """The stack signs URLs for a few seconds only (OMNIJOBS_SIGNED_URL_TTL_S)."""
     import time

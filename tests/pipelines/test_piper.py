@@ -54,3 +54,23 @@ def test_cancellation_stops_between_sentences(piper):
                                                              is_cancelled=lambda: True))
     with pytest.raises(JobCancelled):
         next(gen)
+
+
+@pytest.mark.parametrize(("text", "speaks"), [
+    (" ", False), (".", False), ("...", False), ("?!", False), ("( )", False),
+    ("\u200b", False), ("--", False), ("$", True), ("7", True), ("a.", True), ("中", True),
+    ("é", True)])
+def test_submit_refuses_exactly_what_piper_would_not_speak(piper, text, speaks):
+    """The API's rule (a letter, digit or symbol) against the real voice, on both sides
+    of it: what it refuses would have failed with no_audio, what it takes is spoken."""
+    from core.errors import InvalidRequest
+
+    try:
+        PiperJoe.spec.validate_speech(SpeechRequest(input=text))
+        accepted = True
+    except InvalidRequest as exc:
+        assert exc.code == "empty_input" and exc.param == "input"
+        accepted = False
+    frames = sum(len(p.samples) for p in piper.speech(SpeechRequest(input=text),
+                                                      RunContext(job_id="t")))
+    assert (accepted, frames > 0) == (speaks, speaks)

@@ -121,9 +121,29 @@ def test_nothing_but_the_cli_imports_api_or_tasks():
 
 
 def test_the_entry_point_package_holds_only_the_entry_point():
-    """The console script, and the batch client beside it (an HTTP client only)."""
+    """The console script, how it talks to a person (console.py, which imports only
+    core), and the batch client (an HTTP client: it imports nothing of ours); no service
+    code."""
     assert sorted(p.name for p in (ROOT / "omnijobs").glob("*.py")) == [
-        "__init__.py", "batch_cli.py", "cli.py"]
+        "__init__.py", "batch_cli.py", "cli.py", "console.py"]
+    assert _our_imports(ROOT / "omnijobs" / "console.py") <= {"core"}
     assert not _our_imports(ROOT / "omnijobs" / "batch_cli.py")
     assert not [p for p in (ROOT / "omnijobs").iterdir() if p.is_dir()
                 and p.name != "__pycache__"]
+
+
+def test_refusals_name_the_model_the_caller_used():
+    from pipelines import VideoRequest, get_spec
+
+    h3 = get_spec("minimax-h3")
+    clip = VideoRequest(prompt="A lighthouse.", seconds=5, width=1280, height=720, fps=12)
+    with pytest.raises(InvalidRequest) as err:
+        h3.validate_video(clip, "house-video")
+    assert err.value.message.startswith("'house-video' (served here by minimax-h3: ")
+    with pytest.raises(InvalidRequest) as err:
+        h3.validate_video(clip)
+    assert err.value.message == "'MiniMaxAI/MiniMax-H3' renders at 24 fps only"
+    piper = get_spec("piper-joe")
+    with pytest.raises(InvalidRequest) as err:
+        piper.validate_speech(SpeechRequest(input="hi", instructions="Whisper."), "tts-1")
+    assert "'tts-1' (served here by piper-joe: Piper VITS" in err.value.message

@@ -1,0 +1,125 @@
+"""What a person sees from the ``omnijobs`` command when something is wrong: one line on
+stderr naming the problem and what to do, a non-zero exit, nothing created, and the
+traceback only with ``--debug``. Each case runs the real console script."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.main import get_command
+
+from omnijobs.cli import cli
+from storage.migrate import head_revision, upgrade
+
+from .services import ROOT
+
+
+def omnijobs(cwd: Path, *args: str, timeout: float = 60, **env: str
+             ) -> subprocess.CompletedProcess:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("OMNIJOBS_")}
+    clean.update(PYTHONPATH=os.pathsep.join([*env.pop("EXTRA_PATH", "").split(), str(ROOT)]),
+                 **env)
+    return subprocess.run([sys.executable, "-m", "omnijobs.cli", *args], cwd=cwd, env=clean,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def one_line_error(result: subprocess.CompletedProcess) -> str:
+    """The failure is explained in exactly one line, without a traceback."""
+    assert result.returncode != 0, result
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("omnijobs: ") and "Traceback" not in result.stderr
+    return lines[0]
+
+
+def test_keys_create_before_migrate_says_what_to_run_and_creates_nothing(tmp_path):
+    line = one_line_error(omnijobs(tmp_path, "keys", "create", "--tenant", "acme"))
+    assert "omnijobs migrate" in line
+    assert str((tmp_path / ".omnijobs" / "omnijobs.db").resolve()) in line
+    assert list(tmp_path.iterdir()) == []  # no folder, no empty SQLite file
+
+
+def test_keys_on_a_database_behind_the_code_says_migrate(tmp_path):
+    db = tmp_path / "old.db"
+    upgrade(f"sqlite:///{db}", "0002")
+    line = one_line_error(omnijobs(tmp_path, "keys", "list", "--tenant", "acme",
+                                   OMNIJOBS_DATABASE_URL=f"sqlite:///{db}"))
+    assert "revision 0002" in line and "omnijobs migrate" in line
+
+
+def test_migrate_says_what_it_did(tmp_path):
+    first = omnijobs(tmp_path, "migrate")
+    assert first.returncode == 0, first.stderr
+    assert f"upgraded from an empty database to {head_revision()}" in first.stdout
+    again = omnijobs(tmp_path, "migrate")
+    assert f"already at the latest revision ({head_revision()})" in again.stdout
+    made = omnijobs(tmp_path, "keys", "create", "--tenant", "acme")
+    assert made.returncode == 0 and made.stdout.strip().splitlines()[-1].startswith("oj-")
+
+
+@pytest.mark.parametrize(("env", "expected"), [
+    ({"OMNIJOBS_MODE": "production"}, "OMNIJOBS_SIGNING_SECRET must be set to a real secret "
+                                      "(16+ characters)"),
+    ({"OMNIJOBS_MODE": "production", "OMNIJOBS_SIGNING_SECRET": "short-secret",
+      "OMNIJOBS_DATABASE_URL": "sqlite:///x.db", "OMNIJOBS_BROKER_URL": "redis://r"},
+     "16+ characters"),
+    ({"OMNIJOBS_PIPELINES": "[piper-joe"}, "OMNIJOBS_PIPELINES is not valid JSON"),
+    ({"OMNIJOBS_SIGNED_URL_TTL_S": "0"}, "OMNIJOBS_SIGNED_URL_TTL_S: Input should be"),
+])
+def test_configuration_errors_are_one_line(tmp_path, env, expected):
+    assert expected in one_line_error(omnijobs(tmp_path, "migrate", **env))
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_debug_shows_the_traceback(tmp_path):
+    result = omnijobs(tmp_path, "--debug", "migrate", OMNIJOBS_MODE="production")
+    assert result.returncode != 0
+    assert "Traceback" in result.stderr or "ValidationError" in result.stderr
+    assert len(result.stderr.splitlines()) > 5
+
+
+def test_worker_for_an_unknown_pipeline_is_one_line(tmp_path):
+    line = one_line_error(omnijobs(tmp_path, "worker", "--pipeline", "nope"))
+    assert "pipeline 'nope' is not registered" in line and "piper-joe" in line
+
+
+def test_gpu_pipeline_on_a_cpu_install_names_the_gpu_extra(tmp_path):
+    """torch made unimportable (as on a CPU install) whatever this machine has."""
+    shim = tmp_path / "shim"
+    shim.mkdir()
+    (shim / "sitecustomize.py").write_text("import sys\nsys.modules['torch'] = None\n")
+    work = tmp_path / "work"
+    work.mkdir()
+    line = one_line_error(omnijobs(work, "worker", "--pipeline", "audex-tts",
+                                   EXTRA_PATH=str(shim)))
+    assert "[gpu] extra" in line and "pip install -e '.[gpu]'" in line
+
+
+@pytest.fixture
+def taken_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        yield s.getsockname()[1]
+
+
+@pytest.mark.parametrize("command", ["dev", "api"])
+def test_a_taken_port_fails_before_anything_looks_like_success(tmp_path, taken_port,
+                                                               command):
+    result = omnijobs(tmp_path, command, "--port", str(taken_port))
+    line = one_line_error(result)
+    assert f"127.0.0.1:{taken_port}" in line and "--port" in line
+    assert "API key" not in result.stdout and "oj-" not in result.stdout
+    assert not (tmp_path / ".omnijobs" / "dev-api-key").exists()
+
+
+def test_every_long_running_command_spells_log_level_the_same():
+    commands = get_command(cli).commands
+    for name in ("api", "worker", "maintenance", "beat"):
+        options = {o for p in commands[name].params for o in p.opts}
+        assert {"--log-level", "--loglevel"} <= options, name
