@@ -87,10 +87,15 @@ class LocalStore:
         except FileNotFoundError as exc:
             raise NotFound("object not found") from exc
 
-    def stream(self, key: str) -> Iterator[bytes]:
+    def file(self, key: str) -> Path:
+        """The stored file itself, for responses that serve ranges and HEAD from disk."""
         path = self._path(key)
         if not path.is_file():
             raise NotFound("object not found")
+        return path
+
+    def stream(self, key: str) -> Iterator[bytes]:
+        path = self.file(key)
 
         def chunks() -> Iterator[bytes]:
             with path.open("rb") as f:
@@ -99,8 +104,19 @@ class LocalStore:
         return chunks()
 
     def delete(self, keys: list[str]) -> None:
+        """Remove the files, then every folder they leave empty (``<tenant>/<job>/``), so
+        a deleted job leaves nothing behind on disk."""
+        root = self.root.resolve()
         for key in keys:
-            self._path(key).unlink(missing_ok=True)
+            path = self._path(key)
+            path.unlink(missing_ok=True)
+            for folder in path.parents:
+                if folder == root or not folder.is_relative_to(root):
+                    break
+                try:
+                    folder.rmdir()  # only succeeds when empty
+                except OSError:
+                    break
 
     def list_keys(self, prefix: str = "") -> Iterator[str]:
         """Every stored key under ``prefix`` (half-written ``.part-`` files excluded)."""

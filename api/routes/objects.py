@@ -5,7 +5,7 @@ writes these URLs with the same ``OBJECTS_PATH``."""
 from __future__ import annotations
 
 from fastapi import APIRouter, Depends, Query
-from fastapi.responses import StreamingResponse
+from fastapi.responses import FileResponse
 
 from core.errors import NotFound
 from storage.objects import OBJECTS_PATH, LocalStore
@@ -20,14 +20,17 @@ CONTENT_TYPES = {"mp3": "audio/mpeg", "opus": "audio/ogg", "aac": "audio/aac",
                  "mp4": "video/mp4"}
 
 
-@router.get(OBJECTS_PATH + "/{key:path}",
-            responses={403: {"description": "Bad or expired signature"}})
+@router.api_route(OBJECTS_PATH + "/{key:path}", methods=["GET", "HEAD"],
+                  responses={403: {"description": "Bad or expired signature"},
+                             206: {"description": "The byte range asked for"}})
 @public
 def signed_object(key: str, expires: int = Query(), signature: str = Query(max_length=128),
-                  svc: Services = Depends(services)) -> StreamingResponse:
+                  svc: Services = Depends(services)) -> FileResponse:
+    """HEAD and byte ranges (206, ``Accept-Ranges``, ``Content-Range``) as S3 serves them,
+    so a browser's ``<video>`` can seek."""
     store = svc.store
     if not isinstance(store, LocalStore):
         raise NotFound("signed object URLs are served by the object store in this deployment")
     store.verify(key, expires, signature)
     media_type = CONTENT_TYPES.get(key.rsplit(".", 1)[-1], "application/octet-stream")
-    return StreamingResponse(store.stream(key), media_type=media_type)
+    return FileResponse(store.file(key), media_type=media_type)

@@ -143,3 +143,35 @@ def test_a_model_id_with_a_line_break_is_still_the_models_route(api, client):
         assert anon.get("/v1/models/a%0Ab").status_code == 401
     resp = client.get("/v1/models/a%0Ab")
     assert resp.status_code == 404 and resp.json()["error"]["code"] == "model_not_found"
+
+
+def test_signed_local_urls_answer_head_and_byte_ranges(api):
+    """A browser's <video> seeks with HEAD and Range requests, as S3 already allows."""
+    store = api.services.store
+    data = bytes(range(256)) * 8
+    key = f"ten_corners/job_{uuid.uuid4().hex}/0.mp4"
+    store.put(key, data, "video/mp4")
+    url, _ = store.signed_url(key, 60)
+    path = url.removeprefix(store.base_url)
+    with api.client() as anon:  # signed URLs need no key
+        head = anon.head(path)
+        assert head.status_code == 200 and head.content == b""
+        assert head.headers["content-length"] == str(len(data))
+        assert head.headers["accept-ranges"] == "bytes"
+        assert head.headers["content-type"] == "video/mp4"
+        part = anon.get(path, headers={"Range": "bytes=100-109"})
+        assert part.status_code == 206 and part.content == data[100:110]
+        assert part.headers["content-range"] == f"bytes 100-109/{len(data)}"
+        assert anon.get(path).content == data
+        assert anon.head(path.replace("signature=", "signature=0")).status_code == 403
+
+
+def test_deleting_local_objects_leaves_no_empty_folders(api):
+    store = api.services.store
+    job = f"ten_corners/job_{uuid.uuid4().hex}"
+    keys = [f"{job}/0.wav", f"{job}/1.wav"]
+    for key in keys:
+        store.put(key, b"RIFF", "audio/wav")
+    store.delete(keys)
+    assert not (store.root / job).exists()
+    assert store.root.exists()

@@ -69,7 +69,7 @@ def judge(resp, guarded: bool, auth: str) -> str | None:
         return f"{resp.status_code}"
     if guarded and auth != "valid" and resp.status_code != 401:
         return f"{resp.status_code} without a valid key"
-    if resp.status_code >= 400:
+    if resp.status_code >= 400 and resp.request.method != "HEAD":  # HEAD has no body
         try:
             err = json.loads(resp.content)["error"]
         except (ValueError, KeyError, TypeError):
