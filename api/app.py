@@ -25,17 +25,19 @@ from storage.repositories import (
 from storage.repositories.quotas import INTERACTIVE, Quota, Quotas
 
 from .auth import Authenticator
-from .deps import Publisher, Services, WebhookTester
+from .deps import Publisher, PublishMany, Services, WebhookTester
 from .errors import install_error_handlers
 from .guard import AccessLog
 from .ratelimit import make_rate_limiter
 from .routes import batches, files, health, jobs, models, objects, speech, videos, webhooks
 from .schemas import ERROR_RESPONSES
+from .submitter import Submitter
 
 
 def create_app(settings: Settings, publish: Publisher,
                broker_check: Callable[[], None] | None = None,
-               webhook_tester: WebhookTester | None = None) -> FastAPI:
+               webhook_tester: WebhookTester | None = None,
+               publish_many: PublishMany | None = None) -> FastAPI:
     import_pipeline_modules(settings.pipeline_modules)
     # Every worker thread may hold one connection: with as many in the pool, a request
     # never waits for one (and a pool that is still exhausted is a 503, not a hang).
@@ -46,6 +48,7 @@ def create_app(settings: Settings, publish: Publisher,
     quotas = Quotas({INTERACTIVE: Quota(settings.tenant_max_active,
                                         settings.pipeline_max_queued)})
     keys = KeyRepository(sessions)
+    submitter = Submitter()
 
     checks = {"database": lambda: ping(engine), "storage": store.check}
     if broker_check is not None:
@@ -55,6 +58,7 @@ def create_app(settings: Settings, publish: Publisher,
     async def lifespan(_app: FastAPI):
         anyio.to_thread.current_default_thread_limiter().total_tokens = settings.api_threads
         yield
+        submitter.flush()
 
     app = FastAPI(title="omnijobs", version=version("omnijobs"), lifespan=lifespan)
     app.state.engine = engine
@@ -64,7 +68,8 @@ def create_app(settings: Settings, publish: Publisher,
         auth=Authenticator(keys, settings.auth_cache_ttl_s),
         limiter=make_rate_limiter(settings),
         webhooks=WebhookRepository(sessions), webhook_tester=webhook_tester,
-        files=FileRepository(sessions), batches=BatchRepository(sessions))
+        files=FileRepository(sessions), batches=BatchRepository(sessions),
+        publish_many=publish_many, submitter=submitter)
     install_error_handlers(app)
     for module in (speech, videos, jobs, models, objects, files, batches, webhooks):
         app.include_router(module.router, responses=ERROR_RESPONSES)

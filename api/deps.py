@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from fastapi import Depends, Request
 from fastapi.security import HTTPBearer
@@ -24,7 +25,11 @@ from storage.repositories import (
 from .auth import Authenticator
 from .ratelimit import RateLimiter
 
+if TYPE_CHECKING:
+    from .submitter import Submitter
+
 Publisher = Callable[[OutboxRecord], None]
+PublishMany = Callable[[Sequence[OutboxRecord]], None]  # one broker round trip for all
 # (url, secrets, event_type) -> (status code, error): sends one sample event now.
 WebhookTester = Callable[[str, tuple[str, ...], str], tuple[int | None, str | None]]
 
@@ -47,13 +52,16 @@ class Services:
     webhook_tester: WebhookTester | None = None
     files: FileRepository | None = None
     batches: BatchRepository | None = None
+    publish_many: PublishMany | None = None
+    submitter: Submitter | None = None  # group commit of submits (api/submitter.py)
 
 
-def services(request: Request) -> Services:
+async def services(request: Request) -> Services:
+    """Async (as is ``tenant_id``): no I/O, so no hop through the thread pool."""
     return request.app.state.services
 
 
-def tenant_id(request: Request, _scheme=Depends(bearer)) -> str:
+async def tenant_id(request: Request, _scheme=Depends(bearer)) -> str:
     """The tenant the guard authenticated (before the body was read)."""
     tenant = getattr(request.state, "tenant_id", None)
     if tenant is None:  # a route declared public that asks for a tenant

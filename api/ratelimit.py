@@ -43,12 +43,16 @@ class RateLimiter(Protocol):
 
 
 class NoLimit:
+    blocking = False  # no I/O: the event loop may ask it directly
+
     def wait_s(self, tenant_id: str) -> float:
         return 0.0
 
 
 class LocalBuckets:
     """Buckets in this process (the embedded mode runs one API process)."""
+
+    blocking = False
 
     def __init__(self, rate: float, burst: int) -> None:
         self._rate, self._burst = rate, burst
@@ -67,6 +71,8 @@ class LocalBuckets:
 
 class RedisBuckets:
     """Buckets in Redis, updated atomically by one script per submit."""
+
+    blocking = True  # a network round trip: asked from a worker thread
 
     def __init__(self, url: str, rate: float, burst: int) -> None:
         import redis

@@ -136,6 +136,10 @@ def seaweedfs(stack: ExitStack, workdir: Path):
     return sw
 
 
+BENCH_LIMITS = {"OMNIJOBS_TENANT_SUBMITS_PER_S": "0", "OMNIJOBS_TENANT_MAX_ACTIVE": "10000000",
+                "OMNIJOBS_PIPELINE_MAX_QUEUED": "10000000"}
+
+
 def omnijobs_env(tree: Tree, pg: str, redis: str, sw, home: Path) -> dict[str, str]:
     """Production mode: PostgreSQL, Redis, S3; Piper and the fixed-clip bench pipeline."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("OMNIJOBS_")}
@@ -148,6 +152,9 @@ def omnijobs_env(tree: Tree, pg: str, redis: str, sw, home: Path) -> dict[str, s
         "OMNIJOBS_SIGNING_SECRET": "benchmark-signing-secret-0123",
         "OMNIJOBS_PIPELINES": BENCH_PIPELINES,
         "OMNIJOBS_PIPELINE_MODULES": json.dumps([tree.pipeline_module]),
+        # The load measures the path, not the limits: no per-tenant rate limit (50/s by
+        # default in production), and quotas no run reaches (no worker drains the queue).
+        **BENCH_LIMITS,
     })
     return env
 

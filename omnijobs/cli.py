@@ -185,6 +185,7 @@ def build_api(settings: Settings):
     from tasks.app import make_celery
     from tasks.deliver import send_test
     from tasks.dispatch import publish
+    from tasks.publish import publish_many
 
     celery = make_celery(settings, with_tasks=False)
 
@@ -193,27 +194,50 @@ def build_api(settings: Settings):
             conn.ensure_connection(max_retries=1, timeout=2)
 
     return create_app(settings, lambda msg: publish(celery, msg), broker_check,
-                      webhook_tester=partial(send_test, settings))
+                      webhook_tester=partial(send_test, settings),
+                      publish_many=lambda msgs: publish_many(celery, msgs))
+
+
+API_LOG_LEVEL = "OMNIJOBS_API_WORKER_LOG_LEVEL"  # handed to --workers' processes
 
 
 @cli.command()
 def api(host: str = "127.0.0.1", port: int = 8000, log_level: LogLevel = "info",
         metrics_port: Annotated[int | None, typer.Option(
-            help="Serve Prometheus metrics on this port (same host)")] = None) -> None:
+            help="Serve Prometheus metrics on this port (same host; one worker only)")] = None,
+        workers: Annotated[int, typer.Option(
+            min=1, help="API processes sharing the port (uvicorn workers); each has its "
+            "own threads and database pool")] = 1) -> None:
     """Serve the HTTP API (``/metrics`` only on --metrics-port unless
     OMNIJOBS_METRICS_PUBLIC=true)."""
     import uvicorn
 
     settings = _settings()
     _refuse_exposed_placeholder(settings, host)
+    if workers > 1 and metrics_port is not None:
+        raise typer.BadParameter("--metrics-port serves one process's metrics; use it with "
+                                 "--workers 1 (or OMNIJOBS_METRICS_PUBLIC=true)",
+                                 param_hint="--metrics-port")
     console.require_free_port(host, port)
     _logging(log_level)
     if metrics_port is not None:
         from prometheus_client import start_http_server
 
         start_http_server(metrics_port, addr=host)
-    uvicorn.run(build_api(settings), host=host, port=port, log_level=log_level.lower(),
-                log_config=None, access_log=False)
+    if workers == 1:
+        uvicorn.run(build_api(settings), host=host, port=port, log_level=log_level.lower(),
+                    log_config=None, access_log=False)
+        return
+    os.environ[API_LOG_LEVEL] = log_level
+    uvicorn.run("omnijobs.cli:api_worker_app", factory=True, workers=workers, host=host,
+                port=port, log_level=log_level.lower(), log_config=None, access_log=False)
+
+
+def api_worker_app():
+    """The app of one ``omnijobs api --workers N`` process (uvicorn starts each afresh:
+    settings from the environment, logging as the parent's)."""
+    _logging(os.environ.get(API_LOG_LEVEL, "info"))
+    return build_api(_settings())
 
 
 @cli.command()

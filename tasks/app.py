@@ -41,7 +41,7 @@ def make_celery(settings: Settings, with_tasks: bool = True) -> Celery:
         task_ignore_result=True,
         worker_prefetch_multiplier=1,
         worker_send_task_events=True,
-        task_send_sent_event=True,
+        task_send_sent_event=False,  # nothing reads them; each cost a PUBLISH per job
         task_default_queue=MAINTENANCE_QUEUE,
         worker_hijack_root_logger=False,
     )

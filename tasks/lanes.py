@@ -44,19 +44,25 @@ def publish_bulk(app: Celery, queued: Sequence[tuple[str, str, str]]) -> None:
     chunk per round trip. Raises ServiceUnavailable if the broker fails: the outbox still
     holds them all for the relay (a message sent twice is harmless: its second claim finds
     the job taken)."""
-    template = app.amqp.as_task_v2("", RENDER_TASK, args=["", ""], kwargsrepr="{}",
-                                   ignore_result=True)
+    template = render_template(app)
     with app.producer_or_acquire() as producer:
         for start in range(0, len(queued), PUBLISH_CHUNK):
             try:
                 with producer.batch(max_size=PUBLISH_CHUNK):
                     for job_id, queue, token in queued[start:start + PUBLISH_CHUNK]:
-                        _publish(producer, template, [job_id, token], queue)
+                        publish_raw(producer, template, [job_id, token], queue)
             except Exception as exc:  # kombu/redis errors
                 raise ServiceUnavailable(f"broker unavailable: {type(exc).__name__}") from exc
 
 
-def _publish(producer, template, args: list[str], queue: str) -> None:
+def render_template(app: Celery):
+    """Celery's own render message, built once, for ``publish_raw`` to fill in."""
+    return app.amqp.as_task_v2("", RENDER_TASK, args=["", ""], kwargsrepr="{}",
+                               ignore_result=True)
+
+
+def publish_raw(producer, template, args: list[str], queue: str,
+             priority: int = BULK_PRIORITY) -> None:
     """The render message ``send_task`` would send (Celery's own, built once, with this
     job's id and dispatch token and a task id of its own), without the per-message
     signals and sent-events that would cost more than the publish itself at this scale."""
@@ -64,7 +70,7 @@ def _publish(producer, template, args: list[str], queue: str) -> None:
     _, kwargs, embed = template.body
     headers = {**template.headers, "id": task_id, "root_id": task_id, "argsrepr": repr(args)}
     producer.publish((args, kwargs, embed), exchange="", routing_key=queue,
-                     headers=headers, priority=BULK_PRIORITY, serializer="json", retry=False,
+                     headers=headers, priority=priority, serializer="json", retry=False,
                      **{**template.properties, "correlation_id": task_id})
 
 

@@ -23,7 +23,8 @@ from storage.records import JobRecord
 from ..deps import Services, services, tenant_id
 from ..guard import GuardedRoute
 from ..schemas import SpeechCreate
-from ..service import job_public, parse_prefer, submit, wait_for
+from ..service import job_public, parse_prefer, wait_for
+from ..submitter import submit_job
 from .webhooks import job_webhook
 
 log = logging.getLogger(__name__)
@@ -75,11 +76,12 @@ async def create_speech(body: SpeechCreate, svc: Services = Depends(services),
                         prefer: str | None = Header(default=None),
                         idempotency_key: str | None = Header(default=None)) -> Response:
     spec, fields = speech_job(svc.settings, body)
-    webhook = await run_in_threadpool(job_webhook, svc, body.webhook_url, body.webhook_events,
-                                      JobKind.SPEECH)
-    job = await run_in_threadpool(submit, svc, tenant=tenant, spec=spec, model=body.model,
-                                  request=fields, metadata=body.metadata,
-                                  idempotency_key=idempotency_key, webhook=webhook)
+    hook = (body.webhook_url, body.webhook_events, JobKind.SPEECH)
+    webhook = (job_webhook(svc, *hook) if body.webhook_url is None  # no DNS: no thread hop
+               else await run_in_threadpool(job_webhook, svc, *hook))
+    job = await submit_job(svc, tenant=tenant, spec=spec, model=body.model, request=fields,
+                           metadata=body.metadata, idempotency_key=idempotency_key,
+                           webhook=webhook)
     wait = parse_prefer(prefer, svc.settings.sync_wait_default_s, svc.settings.sync_wait_max_s)
     if wait is None:
         return accepted(svc, job, "respond-async")

@@ -24,9 +24,8 @@ from ..records import JobRecord, NewJob, OutboxRecord, OutputRecord
 from .outbox import _record as outbox_record
 from .outbox import add_render, new_token
 from .quotas import Quotas
+from .submits import ID_PREFIX, Submitted, insert_many
 from .webhooks import stage_job_event, subscribe_job
-
-ID_PREFIX = {JobKind.SPEECH: "job_", JobKind.VIDEO: "video_"}
 
 
 def _now() -> datetime:
@@ -113,6 +112,10 @@ class JobRepository:
             if existing is None:
                 raise
             return existing, None
+
+    def create_many(self, news: list[NewJob]) -> list[Submitted]:
+        """Group commit of submits without idempotency keys (``submits.insert_many``)."""
+        return insert_many(self._sessions, self._quotas, news)
 
     def get_by_idempotency_key(self, tenant_id: str, key: str) -> JobRecord | None:
         with self._sessions() as s:

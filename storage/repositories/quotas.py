@@ -8,7 +8,7 @@ submits in flight at that moment, never by more.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from sqlalchemy import func, literal, select
@@ -18,6 +18,7 @@ from core.errors import TooManyRequests
 from core.jobs import JobStatus
 
 from ..models import Job
+from ..records import NewJob
 
 INTERACTIVE = "interactive"
 ACTIVE = (JobStatus.QUEUED.value, JobStatus.RUNNING.value)
@@ -45,14 +46,48 @@ class Quotas:
         quota = self._by_lane[lane]
         cap = quota.max_active_per_tenant
         if _count(s, cap, Job.tenant_id == tenant_id, Job.status.in_(ACTIVE)) >= cap:
-            raise TooManyRequests(
-                f"at most {cap} jobs may be queued or running per tenant; wait for some "
-                "to finish", code="too_many_active_jobs", retry_after_s=ACTIVE_RETRY_AFTER_S)
+            raise _too_many_active(cap)
         cap = quota.max_queued_per_pipeline
         if _count(s, cap, Job.pipeline == pipeline,
                   Job.status == JobStatus.QUEUED.value) >= cap:
-            raise TooManyRequests(f"the queue of '{pipeline}' is full; try again later",
-                                  code="queue_full", retry_after_s=QUEUE_RETRY_AFTER_S)
+            raise _queue_full(pipeline)
+
+    def admit_many(self, s: Session, news: Sequence[NewJob]) -> list[TooManyRequests | None]:
+        """``admit`` for a group of submits, counting each tenant's and pipeline's jobs
+        once: per job, None if admitted, else its refusal (the group's earlier admissions
+        count against the caps, as committed jobs would)."""
+        counts: dict[tuple, int] = {}
+        out: list[TooManyRequests | None] = []
+        for new in news:
+            quota = self._by_lane[new.lane]
+            tenant = ("tenant", new.tenant_id, quota.max_active_per_tenant)
+            pipeline = ("pipeline", new.pipeline, quota.max_queued_per_pipeline)
+            for key, where in ((tenant, (Job.tenant_id == new.tenant_id,
+                                         Job.status.in_(ACTIVE))),
+                               (pipeline, (Job.pipeline == new.pipeline,
+                                           Job.status == JobStatus.QUEUED.value))):
+                if key not in counts:
+                    counts[key] = _count(s, key[2], *where)
+            if counts[tenant] >= tenant[2]:
+                out.append(_too_many_active(tenant[2]))
+            elif counts[pipeline] >= pipeline[2]:
+                out.append(_queue_full(new.pipeline))
+            else:
+                counts[tenant] += 1
+                counts[pipeline] += 1
+                out.append(None)
+        return out
+
+
+def _too_many_active(cap: int) -> TooManyRequests:
+    return TooManyRequests(
+        f"at most {cap} jobs may be queued or running per tenant; wait for some "
+        "to finish", code="too_many_active_jobs", retry_after_s=ACTIVE_RETRY_AFTER_S)
+
+
+def _queue_full(pipeline: str) -> TooManyRequests:
+    return TooManyRequests(f"the queue of '{pipeline}' is full; try again later",
+                           code="queue_full", retry_after_s=QUEUE_RETRY_AFTER_S)
 
 
 def _count(s: Session, cap: int, *where) -> int:

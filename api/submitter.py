@@ -1,0 +1,152 @@
+"""Group commit of submits, on the event loop's side.
+
+A submit without an idempotency key joins the group that is waiting to be written; a
+writer thread inserts a whole group's jobs and render messages in one transaction
+(``JobRepository.create_many``), publishes its messages in one broker round trip, and
+only then are the group's callers answered. So a 202 still means the job and its
+message are committed (and, unless the broker is down, published), while the commit,
+the round trips and the thread hand-offs are shared by every submit that arrived while
+the previous group was being written. Under no load a group is one submit and nothing
+waits for company: a group leaves as soon as a writer is free.
+
+Marking the messages published is the one step left off the request path: a single
+background thread marks them in one statement per batch of groups. If the process dies
+first, the outbox relay publishes those messages again, which is harmless (a render
+message claims its job by compare-and-set on the job's dispatch token).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+from fastapi.concurrency import run_in_threadpool
+
+from pipelines import PipelineSpec
+from storage.records import JobRecord, JobWebhookRequest, NewJob
+
+from .metrics import JOBS_SUBMITTED, PUBLISH_DEFERRED
+from .service import submit, throttle
+
+log = logging.getLogger(__name__)
+
+WRITERS = 2  # groups in flight: one commits while the next one forms and is sent
+MAX_GROUP = 256
+
+
+class Submitter:
+    def __init__(self, writers: int = WRITERS, max_group: int = MAX_GROUP) -> None:
+        self._writers, self._max_group = writers, max_group
+        self._pool = ThreadPoolExecutor(writers, thread_name_prefix="submit")
+        self._marker = ThreadPoolExecutor(1, thread_name_prefix="outbox-mark")
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._waiting: list[tuple[NewJob, asyncio.Future]] = []
+        self._in_flight = 0
+        self._tasks: set[asyncio.Task] = set()
+        self._lock = threading.Lock()
+        self._to_mark: list[int] = []
+        self._marking = False
+
+    async def submit(self, svc, new: NewJob) -> JobRecord:
+        """The committed job, or the refusal (quotas) or outage (503) that stopped it."""
+        loop = asyncio.get_running_loop()
+        if loop is not self._loop:  # a new event loop (a test client's): start afresh
+            self._loop, self._waiting, self._in_flight = loop, [], 0
+        future = loop.create_future()
+        self._waiting.append((new, future))
+        self._start_groups(svc)
+        return await future
+
+    def flush(self) -> None:
+        """Wait for the background marking (shutdown)."""
+        self._marker.submit(lambda: None).result()
+
+    def _start_groups(self, svc) -> None:
+        while self._waiting and self._in_flight < self._writers:
+            group = self._waiting[:self._max_group]
+            del self._waiting[:self._max_group]
+            self._in_flight += 1
+            task = self._loop.create_task(self._write(svc, group))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _write(self, svc, group: list[tuple[NewJob, asyncio.Future]]) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            results = await loop.run_in_executor(self._pool, self._commit, svc,
+                                                 [new for new, _ in group])
+        except Exception as exc:  # the whole group failed (e.g. the database is down)
+            results = [exc] * len(group)
+        finally:
+            if loop is self._loop:
+                self._in_flight -= 1
+        for (_, future), result in zip(group, results, strict=True):
+            if future.done():  # the caller went away; its job stands
+                continue
+            if isinstance(result, Exception):
+                future.set_exception(result)
+            else:
+                future.set_result(result[0])
+        if loop is self._loop:
+            self._start_groups(svc)
+
+    def _commit(self, svc, news: list[NewJob]) -> list:
+        """In a writer thread: insert the group, publish what it committed."""
+        results = svc.jobs.create_many(news)
+        msgs = [r[1] for r in results if not isinstance(r, Exception)]
+        for job, _ in (r for r in results if not isinstance(r, Exception)):
+            JOBS_SUBMITTED.labels(job.kind.value, job.model).inc()
+        if msgs:
+            try:
+                if svc.publish_many is not None:
+                    svc.publish_many(msgs)
+                else:
+                    for msg in msgs:
+                        svc.publish(msg)
+            except Exception:  # the relay publishes them later; the jobs are already safe
+                PUBLISH_DEFERRED.inc(len(msgs))
+                log.warning("publish failed for %d jobs; left to the outbox relay", len(msgs))
+            else:
+                self._mark_later(svc, [m.id for m in msgs])
+        return results
+
+    def _mark_later(self, svc, ids: list[int]) -> None:
+        with self._lock:
+            self._to_mark.extend(ids)
+            start, self._marking = not self._marking, True
+        if start:
+            self._marker.submit(self._mark_all, svc)
+
+    def _mark_all(self, svc) -> None:
+        while True:
+            with self._lock:
+                ids, self._to_mark = self._to_mark, []
+                if not ids:
+                    self._marking = False
+                    return
+            try:
+                svc.outbox.mark_published(ids)
+            except Exception:  # the relay sends them again: harmless
+                log.warning("could not mark %d messages published", len(ids), exc_info=True)
+
+
+async def submit_job(svc, *, tenant: str, spec: PipelineSpec, model: str, request: dict,
+                     metadata: dict | None, idempotency_key: str | None,
+                     webhook: JobWebhookRequest | None = None) -> JobRecord:
+    """``service.submit`` from the event loop: through the group commit unless the submit
+    carries an idempotency key (or the app has no submitter)."""
+    if idempotency_key is not None or svc.submitter is None:
+        return await run_in_threadpool(
+            submit, svc, tenant=tenant, spec=spec, model=model, request=request,
+            metadata=metadata, idempotency_key=idempotency_key, webhook=webhook)
+    if getattr(svc.limiter, "blocking", True):
+        await run_in_threadpool(throttle, svc, tenant)
+    else:
+        throttle(svc, tenant)
+    new = NewJob(tenant_id=tenant, kind=spec.kind, model=model, pipeline=spec.name,
+                 queue=spec.queue, request=request, metadata=metadata,
+                 max_attempts=svc.settings.max_attempts, webhook=webhook)
+    return await svc.submitter.submit(svc, new)
+
