@@ -32,7 +32,7 @@ from .service import submit, throttle
 
 log = logging.getLogger(__name__)
 
-WRITERS = 2  # groups in flight: one commits while the next one forms and is sent
+WRITERS = 1  # one group in flight; the next one forms while it is written
 MAX_GROUP = 256
 
 

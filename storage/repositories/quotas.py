@@ -53,21 +53,25 @@ class Quotas:
             raise _queue_full(pipeline)
 
     def admit_many(self, s: Session, news: Sequence[NewJob]) -> list[TooManyRequests | None]:
-        """``admit`` for a group of submits, counting each tenant's and pipeline's jobs
-        once: per job, None if admitted, else its refusal (the group's earlier admissions
-        count against the caps, as committed jobs would)."""
-        counts: dict[tuple, int] = {}
+        """``admit`` for a group of submits, with every tenant's and pipeline's count in
+        one statement: per job, None if admitted, else its refusal (the group's earlier
+        admissions count against the caps, as committed jobs would)."""
+        wanted: dict[tuple, tuple] = {}
+        for new in news:
+            quota = self._by_lane[new.lane]
+            wanted.setdefault(("tenant", new.tenant_id, quota.max_active_per_tenant),
+                              (Job.tenant_id == new.tenant_id, Job.status.in_(ACTIVE)))
+            wanted.setdefault(("pipeline", new.pipeline, quota.max_queued_per_pipeline),
+                              (Job.pipeline == new.pipeline,
+                               Job.status == JobStatus.QUEUED.value))
+        row = s.execute(select(*(_capped(key[2], *where).scalar_subquery()
+                                 for key, where in wanted.items()))).one()
+        counts = dict(zip(wanted, row, strict=True))
         out: list[TooManyRequests | None] = []
         for new in news:
             quota = self._by_lane[new.lane]
             tenant = ("tenant", new.tenant_id, quota.max_active_per_tenant)
             pipeline = ("pipeline", new.pipeline, quota.max_queued_per_pipeline)
-            for key, where in ((tenant, (Job.tenant_id == new.tenant_id,
-                                         Job.status.in_(ACTIVE))),
-                               (pipeline, (Job.pipeline == new.pipeline,
-                                           Job.status == JobStatus.QUEUED.value))):
-                if key not in counts:
-                    counts[key] = _count(s, key[2], *where)
             if counts[tenant] >= tenant[2]:
                 out.append(_too_many_active(tenant[2]))
             elif counts[pipeline] >= pipeline[2]:
@@ -92,6 +96,10 @@ def _queue_full(pipeline: str) -> TooManyRequests:
 
 def _count(s: Session, cap: int, *where) -> int:
     """Rows matching ``where``, counted up to ``cap`` only."""
+    return s.scalar(_capped(cap, *where))
+
+
+def _capped(cap: int, *where):
     capped = select(literal(1)).select_from(Job).where(*where, Job.batch_id.is_(None)).limit(
         cap).subquery()
-    return s.scalar(select(func.count()).select_from(capped))
+    return select(func.count()).select_from(capped)

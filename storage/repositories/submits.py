@@ -27,6 +27,7 @@ from .outbox import new_token
 from .quotas import Quotas
 
 ID_PREFIX = {JobKind.SPEECH: "job_", JobKind.VIDEO: "video_"}
+JOBS, OUTBOX = Job.__table__, OutboxMessage.__table__
 Submitted = tuple[JobRecord, OutboxRecord] | TooManyRequests
 
 
@@ -41,15 +42,16 @@ def insert_many(sessions: sessionmaker[Session], quotas: Quotas | None,
         refusals = quotas.admit_many(s, news) if quotas is not None else [None] * len(news)
         admitted = [(n, _job_row(n, now)) for n, r in zip(news, refusals, strict=True) if r is None]
         if admitted:
-            s.execute(insert(Job), [row for _, row in admitted])
+            # Core inserts of the tables (no unit of work): one multi-row INSERT each.
+            s.execute(insert(JOBS), [row for _, row in admitted])
             hooks = [{"job_id": row["id"], "url": n.webhook.url,
                       "event_types": list(n.webhook.event_types)}
                      for n, row in admitted if n.webhook is not None]
             if hooks:
-                s.execute(insert(JobWebhook), hooks)
+                s.execute(insert(JobWebhook.__table__), hooks)
             messages = [_message_row(n, row, now) for n, row in admitted]
-            ids = s.scalars(insert(OutboxMessage).returning(
-                OutboxMessage.id, sort_by_parameter_order=True), messages).all()
+            ids = s.scalars(insert(OUTBOX).returning(
+                OUTBOX.c.id, sort_by_parameter_order=True), messages).all()
     done = iter(zip(admitted, ids, strict=True) if admitted else ())
     out: list[Submitted] = []
     for refusal in refusals:
@@ -68,7 +70,7 @@ def _job_row(new: NewJob, now: datetime) -> dict:
     return {"id": ID_PREFIX[new.kind] + uuid.uuid4().hex, "tenant_id": new.tenant_id,
             "kind": new.kind.value, "model": new.model, "pipeline": new.pipeline,
             "status": JobStatus.QUEUED.value, "progress": 0, "request": new.request,
-            "metadata_": new.metadata, "idempotency_key": None, "attempts": 0,
+            "metadata": new.metadata, "idempotency_key": None, "attempts": 0,
             "max_attempts": new.max_attempts, "created_at": now, "updated_at": now,
             "dispatch_token": new_token()}
 
