@@ -7,6 +7,7 @@ is decoded again before upload and compared with what we meant to produce.
 from __future__ import annotations
 
 import io
+import wave
 from dataclasses import dataclass
 
 import av
@@ -35,6 +36,8 @@ def _open(data: bytes, container_format: str | None, options: dict | None):
 def probe_audio(data: bytes, *, container_format: str | None = None,
                 raw_rate: int | None = None, raw_channels: int = 1) -> AudioProbe:
     """Decode every audio frame; raw PCM needs its rate and channels given."""
+    if container_format == "wav" and (probe := _probe_wav(data)) is not None:
+        return probe
     options = None
     if container_format == "s16le":
         options = {"sample_rate": str(raw_rate), "ch_layout": "mono" if raw_channels == 1
@@ -59,6 +62,26 @@ def probe_audio(data: bytes, *, container_format: str | None = None,
         samples = samples.astype(np.float32) / float(np.iinfo(samples.dtype).max + 1)
     return AudioProbe(codec=codec, sample_rate=rate, channels=channels,
                       frames=int(samples.shape[1]), samples=samples.astype(np.float32))
+
+
+def _probe_wav(data: bytes) -> AudioProbe | None:
+    """A 16-bit PCM WAV file read by the standard library's parser instead of FFmpeg's:
+    the same check (an independent reader of the bytes we wrote: header, length,
+    samples), at a fraction of the cost of opening a container. None for anything else
+    (another sample format, a header that disagrees with the data, a parse error):
+    FFmpeg then has the last word."""
+    try:
+        with wave.open(io.BytesIO(data)) as w:
+            channels, width, rate = w.getnchannels(), w.getsampwidth(), w.getframerate()
+            raw = w.readframes(w.getnframes())
+            declared = w.getnframes()
+    except (wave.Error, EOFError):
+        return None
+    if width != 2 or channels < 1 or len(raw) != declared * channels * 2:
+        return None
+    pcm = np.frombuffer(raw, dtype="<i2").reshape(-1, channels).T
+    return AudioProbe(codec="pcm_s16le", sample_rate=rate, channels=channels,
+                      frames=declared, samples=pcm.astype(np.float32) / 32768.0)
 
 
 @dataclass(frozen=True)

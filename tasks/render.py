@@ -62,8 +62,8 @@ def generate(rt: WorkerRuntime, job: JobRecord, lease: Lease) -> Any:
 def finalize(job: JobRecord, raw: Any, lease: Lease,
              store: PatientStore) -> list[OutputRecord]:
     spec = get_spec(job.pipeline)
-    guard = cancelled_guard(lease.lost_now)
-    guard()
+    cancelled_guard(lease.is_cancelled)()  # what the heartbeat thread knows: no round trip
+    guard = cancelled_guard(lease.lost_now)  # before each upload: a heartbeat of its own
     if job.kind is JobKind.SPEECH:
         fmt = SpeechRequest.from_dict(job.request).response_format
         return [finalize_speech(store, job, spec, raw, fmt, guard)]

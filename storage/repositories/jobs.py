@@ -161,15 +161,17 @@ class JobRepository:
         if token is not None:
             q = q.where(Job.dispatch_token == token)
         with self._sessions.begin() as s:
-            res = s.execute(q.values(
+            # One round trip: the compare-and-set hands back the row it wrote.
+            job = s.scalars(q.values(
                 status=JobStatus.RUNNING.value, attempts=Job.attempts + 1, worker_id=worker_id,
                 lease_expires_at=now + timedelta(seconds=lease_s), updated_at=now,
                 started_at=func.coalesce(Job.started_at, now), error_code=None,
-                error_message=None))
-            if res.rowcount != 1:
+                error_message=None).returning(Job),
+                execution_options={"populate_existing": True}).one_or_none()
+            if job is None:
                 return None
-            stage_job_event(s, job_id, "started")
-            return _record(s.get(Job, job_id))
+            stage_job_event(s, job_id, "started", job)
+            return _record(job)
 
     def _running(self, job_id: str, attempt: int):
         return update(Job).where(Job.id == job_id, Job.status == JobStatus.RUNNING.value,

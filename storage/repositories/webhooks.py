@@ -78,12 +78,14 @@ def subscribe_job(s: Session, job_id: str, hook: JobWebhookRequest | None) -> No
         s.add(JobWebhook(job_id=job_id, url=hook.url, event_types=list(hook.event_types)))
 
 
-def stage_job_event(s: Session, job_id: str, event: str) -> None:
+def stage_job_event(s: Session, job_id: str, event: str, job: Job | None = None) -> None:
     """Write the event and one delivery per interested target, in the caller's
     transaction. ``started`` is reported for the first attempt only. A batch's jobs have
-    no events of their own: their batch's event reports them."""
-    job = s.execute(select(Job.tenant_id, Job.kind, Job.attempts, Job.batch_id).where(
-        Job.id == job_id)).first()
+    no events of their own: their batch's event reports them. ``job``: the row as the
+    caller's transaction already has it (saves reading it again)."""
+    if job is None:
+        job = s.execute(select(Job.tenant_id, Job.kind, Job.attempts, Job.batch_id).where(
+            Job.id == job_id)).first()
     if job is None or job.batch_id is not None or (event == "started" and job.attempts > 1):
         return
     event_type = f"{job.kind}.{event}"

@@ -240,3 +240,30 @@ def test_container_without_audio_is_audio_missing() -> None:
     with pytest.raises(EncodingFailed) as info:
         probe_audio(data)
     assert info.value.code == "audio_missing"
+
+
+# ---- the WAV fast path ------------------------------------------------------------------
+
+def test_wav_probe_reads_what_ffmpeg_reads(monkeypatch) -> None:
+    """The standard-library reader (finalize's WAV check, which opens no container)
+    agrees with FFmpeg's decode."""
+    import media.probe
+
+    encoded = encode_audio(tone_audio(1), "wav")
+    slow = probe_audio(encoded.data)  # no format given: FFmpeg probes and decodes
+    monkeypatch.setattr(media.probe, "_open", lambda *_a: pytest.fail("opened FFmpeg"))
+    fast = probe_audio(encoded.data, container_format="wav")
+    assert (fast.codec, fast.sample_rate, fast.channels, fast.frames) == (
+        slow.codec, slow.sample_rate, slow.channels, slow.frames)
+    assert np.allclose(fast.samples, slow.samples, atol=1e-6)
+
+
+def test_wav_whose_header_disagrees_with_its_data_is_left_to_ffmpeg() -> None:
+    """A WAV cut short keeps a header that promises more frames: the fast path declines
+    and the probe reports the frames really there (then the duration check fails it)."""
+    encoded = encode_audio(tone_audio(1), "wav")
+    cut = encoded.data[: len(encoded.data) // 3 // 2 * 2]
+    probe = probe_audio(cut, container_format="wav")
+    assert 0 < probe.duration_s < SECONDS / 2
+    with pytest.raises(EncodingFailed):
+        probe_audio(b"RIFF" + b"\x00" * 200, container_format="wav")
