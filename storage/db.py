@@ -3,9 +3,11 @@ mode's API and worker processes can share one file."""
 
 from __future__ import annotations
 
+import time
+
 from sqlalchemy import Engine, create_engine, event, text
 from sqlalchemy.engine import ExceptionContext
-from sqlalchemy.exc import InterfaceError, OperationalError
+from sqlalchemy.exc import DisconnectionError, InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -54,8 +56,42 @@ def _create(url: str, pool_size: int, max_overflow: int, pool_timeout: float) ->
         return engine
     if url.startswith("postgresql://"):
         url = "postgresql+psycopg://" + url.removeprefix("postgresql://")
-    return create_engine(url, pool_pre_ping=True, pool_size=pool_size,
-                         max_overflow=max_overflow, pool_timeout=pool_timeout)
+    engine = create_engine(url, pool_size=pool_size, max_overflow=max_overflow,
+                           pool_timeout=pool_timeout)
+    _ping_when_idle(engine)
+    return engine
+
+
+# A pooled connection used this recently is taken as alive; one idle for longer is
+# pinged at checkout (and replaced if dead). A database that dies within this window
+# fails the statement itself: a 503 (or a retried task), as a failure mid-request is.
+PING_IDLE_S = 1.0
+
+
+def _ping_when_idle(engine: Engine) -> None:
+    """SQLAlchemy's ``pool_pre_ping`` costs a round trip on every checkout, i.e. one more
+    per transaction on the hot paths (a submit group, a claim, a heartbeat); this pings
+    only connections that sat idle."""
+
+    @event.listens_for(engine, "connect")
+    def _fresh(_dbapi_conn, record) -> None:
+        record.info["idle_since"] = time.monotonic()
+
+    @event.listens_for(engine, "checkin")
+    def _returned(_dbapi_conn, record) -> None:
+        if record is not None:
+            record.info["idle_since"] = time.monotonic()
+
+    @event.listens_for(engine, "checkout")
+    def _taken(dbapi_conn, record, _proxy) -> None:
+        if time.monotonic() - record.info.get("idle_since", 0.0) < PING_IDLE_S:
+            return
+        try:
+            alive = engine.dialect.do_ping(dbapi_conn)
+        except Exception as exc:
+            raise DisconnectionError("pooled connection is dead") from exc
+        if alive is False:
+            raise DisconnectionError("pooled connection is dead")
 
 
 def make_sessionmaker(engine: Engine) -> sessionmaker[Session]:

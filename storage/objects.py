@@ -159,6 +159,10 @@ class S3Store:
             config=Config(signature_version="s3v4",
                           s3={"addressing_style": settings.s3_addressing_style},
                           retries={"max_attempts": 3, "mode": "standard"},
+                          # Checksums only where S3 requires them: a CRC over every
+                          # upload costs time, and some S3-compatible stores refuse them.
+                          request_checksum_calculation="when_required",
+                          response_checksum_validation="when_required",
                           connect_timeout=5),
         )
         self.bucket = settings.s3_bucket
