@@ -32,7 +32,9 @@ def _now() -> datetime:
     return datetime.now(UTC)
 
 
-def _record(j: Job) -> JobRecord:
+def _record(j: Job, outputs: tuple[OutputRecord, ...] | None = None) -> JobRecord:
+    """``outputs``: given when the caller knows them (a claimed job has none), so the
+    relationship is not loaded for nothing."""
     return JobRecord(
         id=j.id, tenant_id=j.tenant_id, kind=JobKind(j.kind), model=j.model,
         pipeline=j.pipeline, status=JobStatus(j.status), progress=j.progress,
@@ -42,7 +44,7 @@ def _record(j: Job) -> JobRecord:
         completed_at=j.completed_at, lease_expires_at=j.lease_expires_at,
         idempotency_key=j.idempotency_key, dispatch_token=j.dispatch_token,
         expires_at=j.expires_at, outputs_deleted_at=j.outputs_deleted_at,
-        outputs=tuple(OutputRecord(
+        outputs=outputs if outputs is not None else tuple(OutputRecord(
             index=o.index, key=o.key, content_type=o.content_type, bytes=o.bytes,
             sha256=o.sha256, duration_s=o.duration_s, sample_rate=o.sample_rate,
             channels=o.channels, width=o.width, height=o.height, fps=o.fps, frames=o.frames)
@@ -171,7 +173,8 @@ class JobRepository:
             if job is None:
                 return None
             stage_job_event(s, job_id, "started", job)
-            return _record(job)
+            # Outputs are written only with ``completed``: a job leaving ``queued`` has none.
+            return _record(job, outputs=())
 
     def _running(self, job_id: str, attempt: int):
         return update(Job).where(Job.id == job_id, Job.status == JobStatus.RUNNING.value,
@@ -185,8 +188,10 @@ class JobRepository:
                                   "updated_at": now}
         if progress is not None:
             values["progress"] = max(0, min(99, progress))
-        with self._sessions.begin() as s:
-            return s.execute(self._running(job_id, attempt).values(**values)).rowcount == 1
+        # One statement on its own (autocommit): one round trip, no BEGIN and COMMIT.
+        engine = self._sessions.kw["bind"]
+        with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+            return conn.execute(self._running(job_id, attempt).values(**values)).rowcount == 1
 
     def complete(self, job_id: str, attempt: int, outputs: list[OutputRecord],
                  output_ttl_s: float) -> bool:

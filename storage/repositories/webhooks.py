@@ -17,7 +17,7 @@ from dataclasses import asdict
 from datetime import UTC, datetime, timedelta
 from urllib.parse import urlsplit
 
-from sqlalchemy import delete, or_, select, update
+from sqlalchemy import delete, literal, or_, select, union_all, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -89,11 +89,18 @@ def stage_job_event(s: Session, job_id: str, event: str, job: Job | None = None)
     if job is None or job.batch_id is not None or (event == "started" and job.attempts > 1):
         return
     event_type = f"{job.kind}.{event}"
-    targets: list[tuple[str | None, str | None, str]] = []  # (endpoint, url, target)
-    sub = s.get(JobWebhook, job_id)
-    if sub is not None and sub.stopped_at is None and event_type in sub.event_types:
-        targets.append((None, sub.url, job_id))
-    _stage(s, job.tenant_id, job_id, event_type, targets)
+    # The job's own subscription and the tenant's endpoints, in one round trip.
+    rows = s.execute(union_all(
+        select(literal(False).label("endpoint"), JobWebhook.url.label("target"),
+               JobWebhook.event_types).where(JobWebhook.job_id == job_id,
+                                             JobWebhook.stopped_at.is_(None)),
+        select(literal(True), WebhookEndpoint.id, WebhookEndpoint.event_types).where(
+            WebhookEndpoint.tenant_id == job.tenant_id,
+            WebhookEndpoint.disabled_at.is_(None)))).all()
+    targets: list[tuple[str | None, str | None, str]] = [  # (endpoint, url, target)
+        (target, None, target) if endpoint else (None, target, job_id)
+        for endpoint, target, types in rows if event_type in types]
+    _stage(s, job.tenant_id, job_id, event_type, targets, endpoints_known=True)
 
 
 def stage_batch_event(s: Session, tenant_id: str, batch_id: str, event_type: str) -> None:
@@ -103,12 +110,15 @@ def stage_batch_event(s: Session, tenant_id: str, batch_id: str, event_type: str
 
 
 def _stage(s: Session, tenant_id: str, subject_id: str, event_type: str,
-           targets: list[tuple[str | None, str | None, str]]) -> None:
-    for endpoint_id, types in s.execute(select(
-            WebhookEndpoint.id, WebhookEndpoint.event_types).where(
-            WebhookEndpoint.tenant_id == tenant_id, WebhookEndpoint.disabled_at.is_(None))):
-        if event_type in types:
-            targets.append((endpoint_id, None, endpoint_id))
+           targets: list[tuple[str | None, str | None, str]],
+           endpoints_known: bool = False) -> None:
+    """``targets`` plus, unless ``endpoints_known``, the tenant's interested endpoints."""
+    if not endpoints_known:
+        for endpoint_id, types in s.execute(select(
+                WebhookEndpoint.id, WebhookEndpoint.event_types).where(
+                WebhookEndpoint.tenant_id == tenant_id, WebhookEndpoint.disabled_at.is_(None))):
+            if event_type in types:
+                targets.append((endpoint_id, None, endpoint_id))
     if not targets:
         return
     now = _now()
