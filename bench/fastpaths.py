@@ -2,7 +2,7 @@
 each measured side by side with its baseline in one run.
 
     python -m bench.fastpaths [--duration 20s] [--connections 64] [--api-workers 1,2]
-        [--sync-requests 20] [--worker-jobs 20] [--ref GITREF]
+        [--sync-requests 20] [--worker-jobs 20] [--batch-lines 50000] [--ref GITREF]
     python -m bench.fastpaths --compose http://127.0.0.1:8000 --key KEY
 
 Starts its own services (a fresh PostgreSQL database, redis-server, SeaweedFS, the
@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-from . import pending, submit, sync_speech, worker_overhead
+from . import batch_figure, pending, submit, sync_speech, worker_overhead
 from .counters import SETTLE_S
 from .load import LoadResult, seconds
 from .report import Figure, write
@@ -42,6 +42,7 @@ from .services import (
     seaweedfs,
     start_api,
     start_bare,
+    start_maintenance,
     start_redis,
     start_worker,
     workdir,
@@ -137,9 +138,23 @@ def measure_api_workers(sides: list[Side], bare: LoadResult, args: argparse.Name
             side.figures.append(submit.workers_figure(workers, args.connections, result, bare))
 
 
+def measure_batches(sides: list[Side], args: argparse.Namespace) -> None:
+    """Per tree: its API and a maintenance process (the batch step), one batch."""
+    for side in sides:
+        api, base = start_api(side.tree, side.env, side.home, name="api-batch")
+        maintenance = None
+        try:
+            maintenance = start_maintenance(side.tree, side.env, side.home)
+            side.figures.append(batch_figure.figure(batch_figure.measure(
+                base, side.key, side.redis_url, args.batch_lines), args.batch_lines))
+        finally:
+            if maintenance is not None:
+                maintenance.stop()
+            api.stop()
+
+
 def add_pending(side: Side) -> None:
-    side.figures += [pending.batch_upload(side.base_url, side.key),
-                     pending.streaming_first_byte(side.base_url, side.key)]
+    side.figures.append(pending.streaming_first_byte(side.base_url, side.key))
 
 
 def start_sides(stack: ExitStack, args: argparse.Namespace, work: Path) -> list[Side]:
@@ -177,6 +192,7 @@ def run_local(args: argparse.Namespace) -> dict[str, list[Figure]]:
         for side in sides:  # out of the way of the --workers runs
             side.api.stop()
         measure_api_workers(sides, baseline, args)
+        measure_batches(sides, args)
         for side in sides:
             add_pending(side)
         return {side.tree.label: side.figures for side in sides}
@@ -199,6 +215,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="also load `omnijobs api --workers N` for each N, e.g. 1,2")
     parser.add_argument("--sync-requests", type=int, default=20)
     parser.add_argument("--worker-jobs", type=int, default=20)
+    parser.add_argument("--batch-lines", type=int, default=batch_figure.BATCH_LINES,
+                        help="lines of the batch file (50000)")
     parser.add_argument("--ref", help="also run the omnijobs side from this git ref")
     parser.add_argument("--compose", metavar="URL", help="load this running deployment only")
     parser.add_argument("--key", help="API key for --compose")

@@ -2,10 +2,9 @@
 
 Each function takes the same arguments a measured figure will need (the API's base URL
 and an API key) and, until its feature exists, returns a row that says what it is
-waiting for instead of a number. Replace the body with the measurement when it lands:
+waiting for instead of a number. Replace the body with the measurement when it lands
+(the batch figure has landed: bench/batch_figure.py):
 
-- batches: upload a 50,000-line OpenAI Batch input file (``/v1/audio/speech`` lines),
-  create the batch, and time upload -> every job queued; report jobs/s.
 - streaming speech: a ten-sentence text with ``stream_format: "audio"``; time from the
   request to the first audio byte, p50 over a few rounds, beside the first sentence's
   in-process synthesis time.
@@ -14,14 +13,6 @@ waiting for instead of a number. Replace the body with the measurement when it l
 from __future__ import annotations
 
 from .report import Figure, pending
-
-BATCH_LINES = 50_000
-
-
-def batch_upload(base_url: str | None, key: str | None) -> Figure:
-    return pending("batch_upload",
-                   f"batch: {BATCH_LINES:,}-line file, upload → all queued, jobs/s",
-                   "reported", "batches")
 
 
 def streaming_first_byte(base_url: str | None, key: str | None) -> Figure:

@@ -242,6 +242,17 @@ def start_worker(tree: Tree, env: dict[str, str], logdir: Path) -> Process:
     return process
 
 
+def start_maintenance(tree: Tree, env: dict[str, str], logdir: Path) -> Process:
+    """``omnijobs maintenance`` (the outbox relay and the batch step)."""
+    process = spawn("maintenance", [sys.executable, "-m", "omnijobs.cli", "maintenance"], env,
+                    tree.path, logdir)
+    try:
+        wait_ready(process, lambda: "ready" in process.log.read_text(errors="replace"), 120)
+    except ProcessExited as exc:
+        raise RuntimeError(str(exc)) from exc
+    return process
+
+
 def start_bare(pg: str, redis: str, logdir: Path, stack: ExitStack) -> tuple[Process, str]:
     """The bare baseline (bench/bare_api.py) in its own uvicorn process."""
     port = free_port()

@@ -5,6 +5,7 @@ traceback only with ``--debug``. Each case runs the real console script."""
 from __future__ import annotations
 
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -123,3 +124,35 @@ def test_every_long_running_command_spells_log_level_the_same():
     for name in ("api", "worker", "maintenance", "beat"):
         options = {o for p in commands[name].params for o in p.opts}
         assert {"--log-level", "--loglevel"} <= options, name
+
+
+def test_api_workers_serves_from_that_many_processes(tmp_path):
+    """``omnijobs api --workers 2``: one port, two app processes behind it, each started
+    (and logging) on its own."""
+    import httpx
+
+    from .services import free_port, wait_until
+
+    port = free_port()
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("OMNIJOBS_")}
+    clean.update(PYTHONPATH=str(ROOT), OMNIJOBS_HOME=str(tmp_path / ".omnijobs"))
+    log = tmp_path / "api.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "omnijobs.cli", "api", "--port",
+                                 str(port), "--workers", "2"], cwd=tmp_path, env=clean,
+                                stdout=out, stderr=subprocess.STDOUT)
+    try:
+        wait_until(lambda: log.read_text().count("Application startup complete") == 2, 60,
+                   "two workers")
+        assert httpx.get(f"http://127.0.0.1:{port}/healthz").status_code == 200
+        assert len(set(re.findall(r"Started server process \[(\d+)\]", log.read_text()))) == 2
+    finally:
+        proc.terminate()
+        proc.wait(30)
+
+
+def test_api_metrics_port_with_several_workers_is_refused(tmp_path, taken_port):
+    """One process's metrics on a port would describe one worker of N: refused up front."""
+    result = omnijobs(tmp_path, "api", "--workers", "2", "--metrics-port", str(taken_port))
+    assert result.returncode == 2 and "--metrics-port" in result.stderr
+    assert "--workers 1" in " ".join(result.stderr.split())
