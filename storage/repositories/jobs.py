@@ -12,14 +12,14 @@ from dataclasses import asdict
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import delete, func, or_, select, update
+from sqlalchemy import bindparam, delete, func, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
 from core.errors import MESSAGE_LIMIT, InvalidRequest, TooManyRequests
 from core.jobs import TERMINAL, JobKind, JobStatus
 
-from ..models import Job, OutboxMessage, Output
+from ..models import Job, OutboxMessage, Output, UTCDateTime
 from ..records import JobRecord, NewJob, OutboxRecord, OutputRecord
 from .outbox import _record as outbox_record
 from .outbox import add_render, new_token
@@ -75,6 +75,24 @@ def cancel_batch_jobs(s: Session, batch_id: str, now: datetime) -> int:
         Job.status.in_([JobStatus.QUEUED.value, JobStatus.RUNNING.value])).values(
         status=JobStatus.CANCELLED.value, completed_at=now, updated_at=now,
         lease_expires_at=None)).rowcount
+
+
+def _claim_statement(with_token: bool):
+    """queued -> running for ``:job_id`` (with ``:token``, only for the job's current
+    dispatch token), returning the row: built once, run with parameters."""
+    q = update(Job).where(Job.id == bindparam("job_id"),
+                          Job.status == JobStatus.QUEUED.value)
+    if with_token:
+        q = q.where(Job.dispatch_token == bindparam("token"))
+    return q.values(
+        status=JobStatus.RUNNING.value, attempts=Job.attempts + 1,
+        worker_id=bindparam("worker_id"), lease_expires_at=bindparam("lease", type_=UTCDateTime()),
+        updated_at=bindparam("now", type_=UTCDateTime()),
+        started_at=func.coalesce(Job.started_at, bindparam("now", type_=UTCDateTime())),
+        error_code=None, error_message=None).returning(Job)
+
+
+_CLAIM = (_claim_statement(False), _claim_statement(True))
 
 
 class JobRepository:
@@ -159,17 +177,14 @@ class JobRepository:
         """queued -> running, attempts + 1, with a lease. None if someone else won, or if
         ``token`` is not the job's current dispatch token (a superseded message)."""
         now = _now()
-        q = update(Job).where(Job.id == job_id, Job.status == JobStatus.QUEUED.value)
+        params = {"job_id": job_id, "worker_id": worker_id, "now": now,
+                  "lease": now + timedelta(seconds=lease_s)}
         if token is not None:
-            q = q.where(Job.dispatch_token == token)
+            params["token"] = token
         with self._sessions.begin() as s:
             # One round trip: the compare-and-set hands back the row it wrote.
-            job = s.scalars(q.values(
-                status=JobStatus.RUNNING.value, attempts=Job.attempts + 1, worker_id=worker_id,
-                lease_expires_at=now + timedelta(seconds=lease_s), updated_at=now,
-                started_at=func.coalesce(Job.started_at, now), error_code=None,
-                error_message=None).returning(Job),
-                execution_options={"populate_existing": True}).one_or_none()
+            job = s.scalars(_CLAIM[token is not None], params,
+                            execution_options={"populate_existing": True}).one_or_none()
             if job is None:
                 return None
             stage_job_event(s, job_id, "started", job)
