@@ -41,8 +41,9 @@ def create_app(settings: Settings, publish: Publisher,
     import_pipeline_modules(settings.pipeline_modules)
     # Every worker thread may hold one connection: with as many in the pool, a request
     # never waits for one (and a pool that is still exhausted is a 503, not a hang).
-    engine = make_engine(settings.db_url, pool_size=settings.api_threads, max_overflow=0,
-                         pool_timeout=settings.db_pool_timeout_s)
+    # The submitter's writer and marker threads hold connections of their own.
+    engine = make_engine(settings.db_url, pool_size=settings.api_threads + Submitter.THREADS,
+                         max_overflow=0, pool_timeout=settings.db_pool_timeout_s)
     sessions = make_sessionmaker(engine)
     store = make_store(settings)
     quotas = Quotas({INTERACTIVE: Quota(settings.tenant_max_active,

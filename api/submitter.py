@@ -37,6 +37,8 @@ MAX_GROUP = 256
 
 
 class Submitter:
+    THREADS = WRITERS + 1  # the writers and the marker: each may hold a connection
+
     def __init__(self, writers: int = WRITERS, max_group: int = MAX_GROUP) -> None:
         self._writers, self._max_group = writers, max_group
         self._pool = ThreadPoolExecutor(writers, thread_name_prefix="submit")
