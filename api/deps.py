@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from fastapi import Depends, Request
 from fastapi.security import HTTPBearer
@@ -24,7 +25,13 @@ from storage.repositories import (
 from .auth import Authenticator
 from .ratelimit import RateLimiter
 
+if TYPE_CHECKING:
+    from .live import Live
+
 Publisher = Callable[[OutboxRecord], None]
+# (format, sample rate, channels) -> an encoder with content_type, add(samples), close():
+# media/stream.py's, handed in by the composition root (the API never imports media).
+StreamEncoderFactory = Callable[[str, int, int], Any]
 # (url, secrets, event_type) -> (status code, error): sends one sample event now.
 WebhookTester = Callable[[str, tuple[str, ...], str], tuple[int | None, str | None]]
 
@@ -47,6 +54,9 @@ class Services:
     webhook_tester: WebhookTester | None = None
     files: FileRepository | None = None
     batches: BatchRepository | None = None
+    live: Live | None = None
+    stream_encoder: StreamEncoderFactory | None = None
+    streamable: frozenset[str] = frozenset()
 
 
 def services(request: Request) -> Services:

@@ -182,6 +182,7 @@ def build_api(settings: Settings):
     from functools import partial
 
     from api.app import create_app
+    from media.stream import STREAMABLE, stream_encoder
     from tasks.app import make_celery
     from tasks.deliver import send_test
     from tasks.dispatch import publish
@@ -193,7 +194,8 @@ def build_api(settings: Settings):
             conn.ensure_connection(max_retries=1, timeout=2)
 
     return create_app(settings, lambda msg: publish(celery, msg), broker_check,
-                      webhook_tester=partial(send_test, settings))
+                      webhook_tester=partial(send_test, settings),
+                      stream_encoder=stream_encoder, streamable=STREAMABLE)
 
 
 @cli.command()

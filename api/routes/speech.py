@@ -22,8 +22,10 @@ from storage.records import JobRecord
 
 from ..deps import Services, services, tenant_id
 from ..guard import GuardedRoute
+from ..live import wait_for
 from ..schemas import SpeechCreate
-from ..service import job_public, parse_prefer, submit, wait_for
+from ..service import job_public, parse_prefer, submit
+from ..speech_stream import check_streamable, stream_speech
 from .webhooks import job_webhook
 
 log = logging.getLogger(__name__)
@@ -38,7 +40,8 @@ def speech_job(settings: Settings, body: SpeechCreate) -> tuple[PipelineSpec, di
         raise InvalidRequest(f"model '{clip(body.model)}' does not generate speech",
                              param="model", code="unsupported_model")
     fields = body.model_dump(exclude_none=True, exclude={
-        "model", "metadata", "stream_format", "webhook_url", "webhook_events"})
+        "model", "metadata", "stream_format", "webhook_url", "webhook_events",
+        "cancel_on_disconnect"})
     spec.validate_speech(SpeechRequest.from_dict(fields), body.model)
     return spec, fields
 
@@ -75,11 +78,17 @@ async def create_speech(body: SpeechCreate, svc: Services = Depends(services),
                         prefer: str | None = Header(default=None),
                         idempotency_key: str | None = Header(default=None)) -> Response:
     spec, fields = speech_job(svc.settings, body)
+    if body.stream_format is not None:
+        check_streamable(svc, body.response_format)
     webhook = await run_in_threadpool(job_webhook, svc, body.webhook_url, body.webhook_events,
                                       JobKind.SPEECH)
     job = await run_in_threadpool(submit, svc, tenant=tenant, spec=spec, model=body.model,
                                   request=fields, metadata=body.metadata,
                                   idempotency_key=idempotency_key, webhook=webhook)
+    if body.stream_format is not None:
+        streamed = await stream_speech(svc, job, body.response_format, body.stream_format,
+                                       body.cancel_on_disconnect)
+        return accepted(svc, streamed, None) if isinstance(streamed, JobRecord) else streamed
     wait = parse_prefer(prefer, svc.settings.sync_wait_default_s, svc.settings.sync_wait_max_s)
     if wait is None:
         return accepted(svc, job, "respond-async")
