@@ -2,15 +2,15 @@
 
 A stream is encoded with the same container, codec and rate as the stored output
 (``encode.FORMATS``), so a client hears what the job keeps. What differs is the sink: the
-muxer writes into a collector that cannot seek, as a socket cannot, so FFmpeg writes
-what a live stream needs instead of patching the start afterwards. WAV then keeps its
-open-ended sizes (0xFFFFFFFF), MP3 carries no Xing/LAME header (players cannot trim the
-encoder delay: about 1100 samples of leading silence more than the stored file), FLAC's
-STREAMINFO keeps "total samples unknown", and Ogg pages are cut every 100 ms instead of
-every second so that Opus leaves as it is made. One resampler lives as long as the stream,
-so chunk boundaries neither click nor lose samples; the codecs' own framing (1024 samples
-for PCM, a codec frame otherwise) holds back at most one frame until the next chunk or
-``close``.
+muxer writes into a collector that cannot seek, as a socket cannot, so FFmpeg writes what a
+live stream needs instead of patching the start afterwards. WAV then keeps its open-ended
+sizes (0xFFFFFFFF); MP3 carries no Xing/LAME header, so decoders cannot trim the codec
+delay (1105 samples at the start and up to a frame at the end more than the stored file);
+FLAC's STREAMINFO says "total samples unknown"; and Ogg pages are cut every 100 ms instead
+of every second so that Opus leaves as it is made. One resampler lives as long as the
+stream, so chunk boundaries neither click nor lose samples; the codecs' own framing (1024
+samples for PCM, a codec frame otherwise) holds back at most one frame until the next
+chunk or ``close``.
 """
 
 from __future__ import annotations
