@@ -300,3 +300,13 @@ def test_live_gauge_in_metrics(stack):
     text = httpx.get(stack.metrics_url).text
     assert 'omnijobs_live_active{kind="events"}' in text
     assert 'omnijobs_live_active{kind="wait"}' in text
+
+
+def test_video_events_carry_the_video_object(client):
+    video = client.post("/v1/videos", json={"model": "test-video", "prompt": "A red ball.",
+                                            "seconds": 1}).json()
+    events = events_of(client, f"/v1/videos/{video['id']}/events")
+    final = json.loads(events[-1]["data"])
+    assert events[-1]["event"] == "output" and final["object"] == "video"
+    assert final["status"] == "completed" and final["outputs"][0]["content_type"] == "video/mp4"
+    assert client.get(f"/v1/jobs/{video['id']}/events").status_code == 200
