@@ -62,26 +62,40 @@ class SpeechStream:
         self.encoder = None
         self.content_type: str | None = None
         self.done = False
+        self._ready: list[bytes] = []
 
     async def pieces(self, watch: Watch) -> AsyncIterator[bytes]:
         """Encoded bytes until the job ends; raises StreamBroken if it cannot finish."""
         deadline = time.monotonic() + self.svc.settings.event_stream_max_s
         while True:
-            job = await watch.reload()  # state first: chunks read after it are complete
-            for chunk in await run_in_threadpool(self.svc.live.bus.read_audio, job.id,
-                                                 self.cursor):
-                data = await self._encode(chunk)
-                self.cursor = chunk.cursor
-                if data:
-                    yield data
-            if job.status.terminal:
-                async for data in self._finish(job):
-                    yield data
-                return
+            # A notice that brought audio needs no database read; one that did not may be
+            # the end. State first, then chunks: those read after it are complete.
+            if not await self._send(watch.job.id):
+                job = await watch.reload()
+                await self._send(job.id)
+                if job.status.terminal:
+                    while self._ready:
+                        yield self._ready.pop(0)
+                    async for data in self._finish(job):
+                        yield data
+                    return
+            while self._ready:
+                yield self._ready.pop(0)
             left = deadline - time.monotonic()
             if left <= 0:
-                raise StreamBroken(f"the stream reached its time limit; job {job.id} goes on")
+                raise StreamBroken(f"the stream reached its time limit; job {watch.job.id} "
+                                  "goes on")
             await watch.next(left)
+
+    async def _send(self, job_id: str) -> bool:
+        """Read the chunks past the cursor and queue their encoded bytes; any read?"""
+        chunks = await run_in_threadpool(self.svc.live.bus.read_audio, job_id, self.cursor)
+        for chunk in chunks:
+            data = await self._encode(chunk)
+            self.cursor = chunk.cursor
+            if data:
+                self._ready.append(data)
+        return bool(chunks)
 
     async def _encode(self, chunk) -> bytes:
         if self.attempt is None:
