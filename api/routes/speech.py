@@ -14,7 +14,14 @@ from fastapi import APIRouter, Depends, Header
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, Response
 
-from core.errors import Conflict, InvalidRequest, RenderFailed, ResultUnavailable, clip
+from core.errors import (
+    Conflict,
+    InvalidRequest,
+    OmniJobsError,
+    RenderFailed,
+    ResultUnavailable,
+    clip,
+)
 from core.jobs import JobKind, JobStatus
 from core.settings import Settings
 from pipelines import PipelineSpec, SpeechRequest, resolve_model
@@ -86,8 +93,15 @@ async def create_speech(body: SpeechCreate, svc: Services = Depends(services),
                                   request=fields, metadata=body.metadata,
                                   idempotency_key=idempotency_key, webhook=webhook)
     if body.stream_format is not None:
-        streamed = await stream_speech(svc, job, body.response_format, body.stream_format,
-                                       body.cancel_on_disconnect)
+        try:
+            streamed = await stream_speech(svc, job, body.response_format,
+                                           body.stream_format, body.cancel_on_disconnect)
+        except OmniJobsError:  # the job's own answer (failed, cancelled)
+            raise
+        except Exception:  # the bus is down: the job goes on; never invite a resubmit
+            log.warning("streaming job %s failed to start; answering 202", job.id,
+                        exc_info=True, extra={"job_id": job.id})
+            return accepted(svc, job, None)
         return accepted(svc, streamed, None) if isinstance(streamed, JobRecord) else streamed
     wait = parse_prefer(prefer, svc.settings.sync_wait_default_s, svc.settings.sync_wait_max_s)
     if wait is None:

@@ -80,3 +80,21 @@ def test_events_since_names_progress_and_output():
     assert kinds(Job("completed", 1, 100), 1051) == [b"event: status", b"event: output"]
     assert kinds(Job("completed", 1, 100), TERMINAL_ID) == [b"event: output"]
     assert kinds(Job("failed", 1, 10), TERMINAL_ID) == []
+
+
+def test_a_stream_whose_bus_is_down_answers_202(make_api):
+    """The job exists once the stream would start: a bus that fails then is a 202 with the
+    job (never an error that invites a resubmit)."""
+    from media.stream import STREAMABLE, stream_encoder
+
+    api = make_api()
+    api.services.stream_encoder, api.services.streamable = stream_encoder, STREAMABLE
+
+    def down(_job_id):
+        raise ConnectionError("bus down")
+    api.services.live.bus.listen = down
+    with api.client("live-busdown") as client:
+        resp = client.post("/v1/audio/speech", json={"model": "tts-1", "input": "hi",
+                                                     "stream_format": "audio"})
+    assert resp.status_code == 202, resp.text
+    assert resp.json()["status"] == "queued" and resp.headers["location"].startswith("/v1/jobs/")
