@@ -12,6 +12,7 @@ from fastapi import FastAPI
 
 from core.settings import Settings
 from pipelines import import_pipeline_modules
+from storage.bus import make_bus
 from storage.db import make_engine, make_sessionmaker, ping
 from storage.objects import make_store
 from storage.repositories import (
@@ -25,11 +26,23 @@ from storage.repositories import (
 from storage.repositories.quotas import INTERACTIVE, Quota, Quotas
 
 from .auth import Authenticator
-from .deps import Publisher, PublishMany, Services, WebhookTester
+from .deps import Publisher, PublishMany, Services, StreamEncoderFactory, WebhookTester
 from .errors import install_error_handlers
 from .guard import AccessLog
+from .live import Live
 from .ratelimit import make_rate_limiter
-from .routes import batches, files, health, jobs, models, objects, speech, videos, webhooks
+from .routes import (
+    batches,
+    events,
+    files,
+    health,
+    jobs,
+    models,
+    objects,
+    speech,
+    videos,
+    webhooks,
+)
 from .schemas import ERROR_RESPONSES
 from .submitter import Submitter
 
@@ -37,7 +50,10 @@ from .submitter import Submitter
 def create_app(settings: Settings, publish: Publisher,
                broker_check: Callable[[], None] | None = None,
                webhook_tester: WebhookTester | None = None,
-               publish_many: PublishMany | None = None) -> FastAPI:
+               publish_many: PublishMany | None = None,
+               stream_encoder: StreamEncoderFactory | None = None,
+               streamable: frozenset[str] = frozenset()) -> FastAPI:
+    """``stream_encoder`` and ``streamable`` (media/stream.py's) enable streamed speech."""
     import_pipeline_modules(settings.pipeline_modules)
     # Every worker thread may hold one connection: with as many in the pool, a request
     # never waits for one (and a pool that is still exhausted is a 503, not a hang).
@@ -50,6 +66,7 @@ def create_app(settings: Settings, publish: Publisher,
                                         settings.pipeline_max_queued)})
     keys = KeyRepository(sessions)
     submitter = Submitter()
+    bus = make_bus(settings)
 
     checks = {"database": lambda: ping(engine), "storage": store.check}
     if broker_check is not None:
@@ -70,9 +87,11 @@ def create_app(settings: Settings, publish: Publisher,
         limiter=make_rate_limiter(settings),
         webhooks=WebhookRepository(sessions), webhook_tester=webhook_tester,
         files=FileRepository(sessions), batches=BatchRepository(sessions),
-        publish_many=publish_many, submitter=submitter)
+        publish_many=publish_many, submitter=submitter,
+        live=Live(bus, bus.watcher()), stream_encoder=stream_encoder,
+        streamable=streamable if stream_encoder is not None else frozenset())
     install_error_handlers(app)
-    for module in (speech, videos, jobs, models, objects, files, batches, webhooks):
+    for module in (speech, videos, jobs, events, models, objects, files, batches, webhooks):
         app.include_router(module.router, responses=ERROR_RESPONSES)
     app.include_router(health.router)
     if settings.metrics_public:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from fastapi import Depends, Request
 from fastapi.security import HTTPBearer
@@ -26,10 +26,14 @@ from .auth import Authenticator
 from .ratelimit import RateLimiter
 
 if TYPE_CHECKING:
+    from .live import Live
     from .submitter import Submitter
 
 Publisher = Callable[[OutboxRecord], None]
 PublishMany = Callable[[Sequence[OutboxRecord]], None]  # one broker round trip for all
+# (format, sample rate, channels) -> an encoder with content_type, add(samples), close():
+# media/stream.py's, handed in by the composition root (the API never imports media).
+StreamEncoderFactory = Callable[[str, int, int], Any]
 # (url, secrets, event_type) -> (status code, error): sends one sample event now.
 WebhookTester = Callable[[str, tuple[str, ...], str], tuple[int | None, str | None]]
 
@@ -54,6 +58,9 @@ class Services:
     batches: BatchRepository | None = None
     publish_many: PublishMany | None = None
     submitter: Submitter | None = None  # group commit of submits (api/submitter.py)
+    live: Live | None = None
+    stream_encoder: StreamEncoderFactory | None = None
+    streamable: frozenset[str] = frozenset()
 
 
 async def services(request: Request) -> Services:

@@ -49,7 +49,12 @@ class SpeechCreate(BaseModel):
     response_format: ResponseFormat = "mp3"
     speed: float = Field(default=1.0, ge=0.25, le=4.0)
     instructions: str | None = Field(default=None, max_length=4096)
-    stream_format: Literal["audio"] | None = None
+    stream_format: Literal["audio", "sse"] | None = Field(
+        default=None, description="Stream the audio as it is generated: `audio` (the encoded "
+        "bytes, chunked) or `sse` (`speech.audio.delta` / `speech.audio.done` events); the "
+        "job is still validated, stored and recorded")
+    cancel_on_disconnect: bool = Field(
+        default=False, description="A streaming client that disconnects cancels the job")
     metadata: dict[str, str] | None = None
     webhook_url: str | None = Field(default=None, max_length=2048)
     webhook_events: list[str] | None = Field(default=None, max_length=8)

@@ -2,17 +2,14 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import math
 import re
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from fastapi import Query
-from fastapi.concurrency import run_in_threadpool
 
 from core.errors import Conflict, InvalidRequest, NotFound, TooManyRequests, clip
 from core.jobs import JobKind, is_job_id
@@ -25,8 +22,6 @@ from .metrics import JOBS_SUBMITTED, PUBLISH_DEFERRED
 
 log = logging.getLogger(__name__)
 
-POLL_S = 0.1
-POLL_MAX_S = 1.0
 _WAIT = re.compile(r"(?:^|[,;\s])wait\s*=\s*(\d+(?:\.\d+)?)", re.I)
 
 
@@ -74,16 +69,6 @@ def parse_prefer(header: str | None, default_s: float, max_s: float) -> float | 
     match = _WAIT.search(header or "")
     wait = float(match.group(1)) if match else default_s
     return min(wait, max_s)
-
-
-async def wait_for(svc: Services, job: JobRecord, timeout_s: float) -> JobRecord:
-    deadline = time.monotonic() + timeout_s
-    delay = POLL_S
-    while not job.status.terminal and time.monotonic() < deadline:
-        await asyncio.sleep(min(delay, max(0.0, deadline - time.monotonic())))
-        delay = min(delay * 1.5, POLL_MAX_S)
-        job = await run_in_threadpool(svc.jobs.get, job.id, job.tenant_id) or job
-    return job
 
 
 def get_job(svc: Services, tenant: str, job_id: str, kind: JobKind | None = None) -> JobRecord:

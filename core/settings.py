@@ -83,6 +83,16 @@ class Settings(BaseSettings):
     sync_wait_max_s: float = Field(300.0, ge=0,
                                    description="The most a `Prefer: wait=N` may ask for")
 
+    event_stream_max_s: float = Field(
+        600.0, gt=0, description="The longest one event or audio stream stays open (SSE "
+        "clients resume with `Last-Event-ID`)")
+    event_heartbeat_s: float = Field(
+        15.0, gt=0, description="A comment line is sent on an idle event stream this often, "
+        "so proxies keep the connection")
+    event_resync_s: float = Field(
+        2.0, gt=0, description="A waiting request or stream re-reads its job from the "
+        "database this often even without a notice (a notice lost in transit is replayed)")
+
     lease_s: float = Field(
         60.0, gt=0, description="A running job's lease, renewed by its worker's heartbeat; "
         "a dead worker's job is re-queued once it runs out")
@@ -248,6 +258,11 @@ class Settings(BaseSettings):
     @property
     def broker_folder(self) -> Path:
         return (self.home / "broker").resolve()
+
+    @property
+    def live_dir(self) -> Path:
+        """The embedded mode's notices and audio chunks (storage/bus.py)."""
+        return (self.home / "live").resolve()
 
     @property
     def objects_dir(self) -> Path:

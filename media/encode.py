@@ -78,14 +78,25 @@ def add_audio_stream(container, codec: str, rate: int, channels: int, sample_for
     return stream
 
 
-def encode_into(container, stream, audio: Audio) -> None:
-    """Resample to the stream's format and rate, encode, flush."""
-    resampler = av.AudioResampler(format=stream.format.name, layout=stream.layout.name,
-                                  rate=stream.rate, frame_size=stream.codec_context.frame_size
-                                  or 1024)
-    for frame in (*resampler.resample(audio_frame(audio)), *resampler.resample(None)):
+def stream_resampler(stream) -> av.AudioResampler:
+    """Converts to the stream's format and rate in frames of the codec's size; keep one
+    per stream, so that a long input fed in pieces resamples as one."""
+    return av.AudioResampler(format=stream.format.name, layout=stream.layout.name,
+                             rate=stream.rate, frame_size=stream.codec_context.frame_size
+                             or 1024)
+
+
+def mux_frames(container, stream, frames) -> None:
+    for frame in frames:
         frame.pts = None
         container.mux(stream.encode(frame))
+
+
+def encode_into(container, stream, audio: Audio) -> None:
+    """Resample to the stream's format and rate, encode, flush."""
+    resampler = stream_resampler(stream)
+    mux_frames(container, stream, (*resampler.resample(audio_frame(audio)),
+                                   *resampler.resample(None)))
     container.mux(stream.encode(None))
 
 

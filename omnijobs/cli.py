@@ -182,6 +182,7 @@ def build_api(settings: Settings):
     from functools import partial
 
     from api.app import create_app
+    from media.stream import STREAMABLE, stream_encoder
     from tasks.app import make_celery
     from tasks.deliver import send_test
     from tasks.dispatch import publish
@@ -195,7 +196,8 @@ def build_api(settings: Settings):
 
     return create_app(settings, lambda msg: publish(celery, msg), broker_check,
                       webhook_tester=partial(send_test, settings),
-                      publish_many=lambda msgs: publish_many(celery, msgs))
+                      publish_many=lambda msgs: publish_many(celery, msgs),
+                      stream_encoder=stream_encoder, streamable=STREAMABLE)
 
 
 API_LOG_LEVEL = "OMNIJOBS_API_WORKER_LOG_LEVEL"  # handed to --workers' processes

@@ -23,9 +23,11 @@ log = logging.getLogger(__name__)
 class Lease:
     def __init__(self, jobs: JobRepository, job_id: str, attempt: int, lease_s: float,
                  max_runtime_s: float = float("inf"),
-                 on_timeout: Callable[[], None] = lambda: None) -> None:
+                 on_timeout: Callable[[], None] = lambda: None,
+                 on_progress: Callable[[], None] = lambda: None) -> None:
         self._jobs, self.job_id, self.attempt, self.lease_s = jobs, job_id, attempt, lease_s
         self.max_runtime_s, self._on_timeout = max_runtime_s, on_timeout
+        self._on_progress = on_progress  # a new progress is recorded: tell the listeners
         self._started = time.monotonic()
         self.lost = threading.Event()
         self._stop = threading.Event()
@@ -61,6 +63,8 @@ class Lease:
         self._sent = progress if progress is not None else self._sent
         if not alive:
             self.lost.set()
+        elif progress is not None:
+            self._on_progress()
 
     def _run(self) -> None:
         interval = min(self.lease_s / 3, 2.0)

@@ -33,6 +33,7 @@ from storage.records import JobRecord, OutputRecord
 from .dispatch import RENDER_TASK, publish_and_mark
 from .finalize import cancelled_guard, finalize_speech, finalize_video
 from .lease import Lease
+from .live import AudioTap, notify
 from .metrics import FINALIZE_SECONDS, GENERATE_SECONDS, JOBS_FINISHED
 from .runtime import WorkerRuntime, get_runtime
 from .uploads import PatientStore, discard_uploads
@@ -51,8 +52,9 @@ def generate(rt: WorkerRuntime, job: JobRecord, lease: Lease) -> Any:
                      is_cancelled=lease.is_cancelled)
     if job.kind is JobKind.SPEECH:
         aggregator = AudioAggregator(spec.audio_mode)
+        tap = AudioTap(rt.bus, job.id, job.attempts)
         for piece in pipeline.speech(SpeechRequest.from_dict(job.request), ctx):
-            aggregator.add(piece.samples, piece.sample_rate)
+            tap.add(aggregator.add(piece.samples, piece.sample_rate), aggregator)
         return aggregator.result()
     if job.kind is JobKind.VIDEO:
         return pipeline.video(VideoRequest.from_dict(job.request), ctx)
@@ -105,6 +107,7 @@ def finish(rt: WorkerRuntime, app: Celery, job: JobRecord, raw: Any, lease: Leas
         log.exception("job %s: finalize bookkeeping failed; the reaper will retry it",
                       job.id, extra={"job_id": job.id})
         result = "error"
+    notify(rt.bus, job.id)
     JOBS_FINISHED.labels(job.pipeline, result).inc()
     return result
 
@@ -164,6 +167,7 @@ def timed_out(rt: WorkerRuntime, app: Celery, job: JobRecord, limit_s: float) ->
     (retry or fail, a compare-and-set on our attempt), then recycle the process."""
     try:
         outcome = record_failure(rt, app, job, timeout_error(limit_s))
+        notify(rt.bus, job.id)
         JOBS_FINISHED.labels(job.pipeline, f"timeout-{outcome}").inc()
     except Exception:
         log.exception("job %s timed out and could not be recorded; the reaper will",
@@ -181,15 +185,18 @@ def run_job(rt: WorkerRuntime, app: Celery, job_id: str,
                  "message)", job_id, extra={"job_id": job_id})
         return "skipped"
     log.info("job %s claimed (attempt %d)", job_id, job.attempts, extra={"job_id": job_id})
+    notify(rt.bus, job.id)
     limit = rt.max_runtime_s(job.pipeline)
     lease = Lease(rt.jobs, job.id, job.attempts, rt.settings.lease_s, limit,
-                  on_timeout=lambda: timed_out(rt, app, job, limit)).start()
+                  on_timeout=lambda: timed_out(rt, app, job, limit),
+                  on_progress=lambda: notify(rt.bus, job.id)).start()
     try:
         with GENERATE_SECONDS.labels(job.pipeline).time():
             raw = generate(rt, job, lease)
     except Exception as exc:
         lease.stop()
         result = record_failure(rt, app, job, stop_reason(lease, exc))
+        notify(rt.bus, job.id)
         JOBS_FINISHED.labels(job.pipeline, result).inc()
         return result
     return rt.finalizer.submit(finish, rt, app, job, raw, lease)

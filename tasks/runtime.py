@@ -16,6 +16,7 @@ from functools import cached_property
 
 from core.settings import Settings
 from pipelines import Pipeline, get_pipeline_class, get_spec, import_pipeline_modules
+from storage.bus import Bus, make_bus
 from storage.db import make_engine, make_sessionmaker
 from storage.objects import ObjectStore, make_store
 from storage.repositories import (
@@ -52,6 +53,15 @@ class WorkerRuntime:
     @cached_property
     def store(self) -> ObjectStore:
         return make_store(self.settings)
+
+    @cached_property
+    def bus(self) -> Bus | None:
+        """Live notices and streamed audio (None where the bus cannot be built)."""
+        try:
+            return make_bus(self.settings)
+        except Exception:
+            log.warning("live bus unavailable; jobs run without live events", exc_info=True)
+            return None
 
     def pipeline(self, name: str) -> Pipeline:
         if name not in self._pipelines:

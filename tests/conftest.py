@@ -76,7 +76,7 @@ def stack_env(pg: str, redis: str, sw, home: Path, **extra: str) -> dict[str, st
         "OMNIJOBS_SIGNING_SECRET": "integration-test-signing-secret",
         "OMNIJOBS_PIPELINES": '["piper-joe", "reference-t2va", "test-silent", "test-slow", '
                               '"test-video", "test-video-slow", "audex-tts", "minimax-h3", '
-                              '"test-sleep", "test-fast", "test-stuck"]',
+                              '"test-sleep", "test-fast", "test-stuck", "test-stream"]',
         "OMNIJOBS_PIPELINE_OPTIONS": json.dumps({
             "audex-tts": {"engine_factory": "tests.fake_omni:make_engine",
                           "tokenizer_factory": "tests.fake_omni:make_tokenizer",
@@ -109,7 +109,7 @@ def stack(stack_db, seaweedfs, tmp_path_factory) -> Iterator[Stack]:
                metrics_url=f"http://127.0.0.1:{metrics_port}/metrics")
     # test-slow, test-fast and test-stuck are left to the workers that tests start and kill.
     served = ["piper-joe", "reference-t2va", "test-silent", "test-video", "test-video-slow",
-              "test-sleep"]
+              "test-sleep", "test-stream"]
     st.processes["worker"] = spawn(
         "worker", ["worker", *(a for p in served for a in ("--pipeline", p))], env, home)
     st.processes["maintenance"] = spawn("maintenance", ["maintenance"], env, home)

@@ -66,6 +66,23 @@ class Sleeper(Pipeline):
 
 
 @register_pipeline
+class Stream(Pipeline):
+    """Six quarter-second tone chunks, one every 0.3 s: audio worth streaming, slowly
+    enough that a streaming client sees the first bytes long before the job ends."""
+
+    spec = PipelineSpec(name="test-stream", kind=JobKind.SPEECH, models=("test-stream",),
+                        sample_rate=16000, voices=OPENAI_VOICES)
+
+    def speech(self, request, ctx):
+        for i in range(6):
+            time.sleep(0.3)
+            if ctx.is_cancelled():
+                raise JobCancelled("cancelled")
+            ctx.report_progress((i + 1) / 6)
+            yield AudioPiece(_tone(0.25), 16000)
+
+
+@register_pipeline
 class Fast(Pipeline):
     """About 0.2 s of work per job: high counts in little time for the chaos tests."""
 

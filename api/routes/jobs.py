@@ -38,6 +38,7 @@ def cancel_job(job_id: str, svc: Services = Depends(services),
     this runs) is a 409 naming its status, so a caller never mistakes it for a cancel."""
     not_cancellable(get_job(svc, tenant, job_id))
     job = found(svc.jobs.cancel(job_id, tenant), job_id)
+    svc.live.notify(job_id)
     if job.status is not JobStatus.CANCELLED:
         not_cancellable(job)
     return job_public(svc, job)

@@ -14,7 +14,14 @@ from fastapi import APIRouter, Depends, Header
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, Response
 
-from core.errors import Conflict, InvalidRequest, RenderFailed, ResultUnavailable, clip
+from core.errors import (
+    Conflict,
+    InvalidRequest,
+    OmniJobsError,
+    RenderFailed,
+    ResultUnavailable,
+    clip,
+)
 from core.jobs import JobKind, JobStatus
 from core.settings import Settings
 from pipelines import PipelineSpec, SpeechRequest, resolve_model
@@ -22,8 +29,10 @@ from storage.records import JobRecord
 
 from ..deps import Services, services, tenant_id
 from ..guard import GuardedRoute
+from ..live import wait_for
 from ..schemas import SpeechCreate
-from ..service import job_public, parse_prefer, wait_for
+from ..service import job_public, parse_prefer
+from ..speech_stream import check_streamable, stream_speech
 from ..submitter import submit_job
 from .webhooks import job_webhook
 
@@ -39,7 +48,8 @@ def speech_job(settings: Settings, body: SpeechCreate) -> tuple[PipelineSpec, di
         raise InvalidRequest(f"model '{clip(body.model)}' does not generate speech",
                              param="model", code="unsupported_model")
     fields = body.model_dump(exclude_none=True, exclude={
-        "model", "metadata", "stream_format", "webhook_url", "webhook_events"})
+        "model", "metadata", "stream_format", "webhook_url", "webhook_events",
+        "cancel_on_disconnect"})
     spec.validate_speech(SpeechRequest.from_dict(fields), body.model)
     return spec, fields
 
@@ -76,12 +86,25 @@ async def create_speech(body: SpeechCreate, svc: Services = Depends(services),
                         prefer: str | None = Header(default=None),
                         idempotency_key: str | None = Header(default=None)) -> Response:
     spec, fields = speech_job(svc.settings, body)
+    if body.stream_format is not None:
+        check_streamable(svc, body.response_format)
     hook = (body.webhook_url, body.webhook_events, JobKind.SPEECH)
     webhook = (job_webhook(svc, *hook) if body.webhook_url is None  # no DNS: no thread hop
                else await run_in_threadpool(job_webhook, svc, *hook))
     job = await submit_job(svc, tenant=tenant, spec=spec, model=body.model, request=fields,
                            metadata=body.metadata, idempotency_key=idempotency_key,
                            webhook=webhook)
+    if body.stream_format is not None:
+        try:
+            streamed = await stream_speech(svc, job, body.response_format,
+                                           body.stream_format, body.cancel_on_disconnect)
+        except OmniJobsError:  # the job's own answer (failed, cancelled)
+            raise
+        except Exception:  # the bus is down: the job goes on; never invite a resubmit
+            log.warning("streaming job %s failed to start; answering 202", job.id,
+                        exc_info=True, extra={"job_id": job.id})
+            return accepted(svc, job, None)
+        return accepted(svc, streamed, None) if isinstance(streamed, JobRecord) else streamed
     wait = parse_prefer(prefer, svc.settings.sync_wait_default_s, svc.settings.sync_wait_max_s)
     if wait is None:
         return accepted(svc, job, "respond-async")

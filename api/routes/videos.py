@@ -165,6 +165,7 @@ def delete_video(video_id: str, svc: Services = Depends(services),
     job = get_job(svc, tenant, video_id, JobKind.VIDEO)
     if not job.status.terminal:
         job = found(svc.jobs.cancel(job.id, tenant), video_id, JobKind.VIDEO)
+        svc.live.notify(job.id)
     keys = {o.key for o in job.outputs} | {
         object_key(job.tenant_id, job.id, i, "mp4") for i in range(int(job.request.get("n", 1)))}
     svc.store.delete(sorted(keys))

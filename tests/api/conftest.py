@@ -25,7 +25,8 @@ def api_db() -> Iterator[str]:
 def api_settings(db_url: str, home: Path, **overrides) -> Settings:
     values = dict(mode="embedded", home=home, database_url=db_url,
                   signing_secret="api-tests-signing-secret",
-                  pipelines=["piper-joe", "reference-t2va"], sync_wait_default_s=0)
+                  pipelines=["piper-joe", "reference-t2va"], sync_wait_default_s=0,
+                  event_stream_max_s=0.5)  # nothing renders here: event streams end soon
     values.update(overrides)
     return Settings(**values)
 

@@ -43,7 +43,8 @@ def api_process(tmp_path_factory) -> Iterator[tuple[str, dict[str, str]]]:
     env.update(OMNIJOBS_HOME=str(home), OMNIJOBS_DATABASE_URL=url,
                OMNIJOBS_SIGNING_SECRET="fuzz-signing-secret-0123456789",
                OMNIJOBS_PIPELINES='["piper-joe", "reference-t2va"]',
-               OMNIJOBS_SYNC_WAIT_DEFAULT_S="0", OMNIJOBS_SYNC_WAIT_MAX_S="0")
+               OMNIJOBS_SYNC_WAIT_DEFAULT_S="0", OMNIJOBS_SYNC_WAIT_MAX_S="0",
+               OMNIJOBS_EVENT_STREAM_MAX_S="0.5")
     port = free_port()
     proc = spawn("fuzz-api", ["api", "--port", str(port)], env, home)
     base = f"http://127.0.0.1:{port}"

@@ -20,7 +20,7 @@ CASES = [
     ({"model": "tts-1", "input": "hi", "voice": "darth" + LONG}, "voice"),
     ({"model": "tts-1", "input": "hi", "instructions": "whisper"}, "instructions"),
     ({"model": "tts-1", "input": "hi", "ref_audio": "data:..."}, "ref_audio"),
-    ({"model": "tts-1", "input": "hi", "stream_format": "sse"}, "stream_format"),
+    ({"model": "tts-1", "input": "hi", "stream_format": "chunks"}, "stream_format"),
     ({"model": "tts-1", "input": "hi", "metadata": {f"k{i}": "v" for i in range(17)}},
      "metadata"),
     ({"model": "tts-1", "input": ["not", "a", "string"]}, "input"),

@@ -88,3 +88,34 @@ def test_dev_output_is_for_a_person(embedded):
     assert "-------------- " not in printed and "[queues]" not in printed
     assert "No hostname was supplied" not in printed
     assert "INFO    tasks.maintenance: maintenance running" in printed
+
+
+def test_embedded_live_results_through_the_spool(embedded):
+    """The worker is another process with no Redis: events and streamed audio reach the
+    API through the spool folder under OMNIJOBS_HOME."""
+    import json
+
+    base, key, cwd = embedded
+    text = " ".join(f"This is sentence number {n} of the stream." for n in range(1, 6))
+    with httpx.Client(base_url=base, headers={"Authorization": f"Bearer {key}"},
+                      timeout=60) as c:
+        with c.stream("POST", "/v1/audio/speech", json={
+                "model": "tts-1", "input": text, "response_format": "pcm",
+                "stream_format": "audio"}) as resp:
+            assert resp.status_code == 200, resp.read()
+            job_id = resp.headers["x-job-id"]
+            pieces = [p for p in resp.iter_raw() if p]
+        job = wait_job(c, job_id)
+        streamed = decode(b"".join(pieces), "pcm")
+        assert abs(streamed.duration_s - job["outputs"][0]["duration_s"]) < 0.01
+        spool = cwd / ".omnijobs" / "live" / job_id  # sentence by sentence, from the worker
+        assert (spool / "listening").exists() and len(list(spool.glob("a-*.npy"))) > 1
+        with c.stream("GET", f"/v1/jobs/{job_id}/events") as resp:
+            data = [line for line in resp.iter_lines() if line.startswith("data: ")]
+        assert [json.loads(d[6:])["status"] for d in data] == ["completed", "completed"]
+        running = c.post("/v1/audio/speech", headers={"Prefer": "respond-async"},
+                         json={"model": "tts-1", "input": text}).json()["id"]
+        with c.stream("GET", f"/v1/jobs/{running}/events") as resp:
+            kinds = [line[7:] for line in resp.iter_lines() if line.startswith("event: ")]
+        assert kinds[-2:] == ["status", "output"] and kinds[0] == "status"
+        assert len(kinds) >= 3  # it saw the job before it ended

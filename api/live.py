@@ -1,0 +1,159 @@
+"""Watching jobs live: the pushed synchronous wait and the job event stream (SSE).
+
+Both wait on notices (storage/bus.py) and re-read the job from the database when one
+arrives, when they (re)connect, and every ``OMNIJOBS_EVENT_RESYNC_S`` in case a notice
+was lost; the database is the source of truth and a notice carries nothing else. While
+it waits, a request is an ``asyncio.Event``: no thread, no database connection.
+
+Event ids are derived from the job's state, never from a counter in memory, so any API
+process can resume any stream from ``Last-Event-ID``: they grow with every change a
+client can see (queued, each attempt's progress, the end).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+
+from fastapi.concurrency import run_in_threadpool
+from pydantic import BaseModel
+
+from core.errors import InvalidRequest
+from core.jobs import JobStatus
+from storage.bus import Bus, Subscription, Watcher
+from storage.records import JobRecord
+
+from .deps import Services
+from .metrics import LIVE_ACTIVE
+
+log = logging.getLogger(__name__)
+
+TERMINAL_ID = 1_000_000_000  # the terminal status; a completed job's output follows it
+SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+
+
+@dataclass
+class Live:
+    """An API process's bus and its one watcher (built by the app factory)."""
+
+    bus: Bus
+    watcher: Watcher
+
+    def notify(self, job_id: str) -> None:
+        """From a route that changed a job (a cancel): best effort, like the worker's."""
+        try:
+            self.bus.notify(job_id)
+        except Exception:
+            log.warning("live notice for %s not sent", job_id, exc_info=True)
+
+
+class Watch:
+    """One request watching one job: reloads on a notice or on the resync timer."""
+
+    def __init__(self, svc: Services, job: JobRecord, sub: Subscription) -> None:
+        self.svc, self.job, self.sub = svc, job, sub
+
+    async def reload(self) -> JobRecord:
+        """The job as the database has it now (unchanged if the read fails: retried at
+        the next notice or tick; gone, as a deleted job, is left to the caller)."""
+        try:
+            job = await run_in_threadpool(self.svc.jobs.get, self.job.id, self.job.tenant_id)
+        except Exception:
+            log.warning("re-reading job %s failed", self.job.id, exc_info=True,
+                        extra={"job_id": self.job.id})
+            return self.job
+        if job is not None:
+            self.job = job
+        return self.job
+
+    async def next(self, remaining_s: float) -> bool:
+        """Wait for a notice (True) or the resync timer / deadline (False)."""
+        return await self.sub.wait(min(self.svc.settings.event_resync_s, remaining_s))
+
+
+async def wait_for(svc: Services, job: JobRecord, timeout_s: float) -> JobRecord:
+    """The job once it ends or the timeout passes, pushed by notices (no poll loop)."""
+    live = svc.live
+    deadline = time.monotonic() + timeout_s
+    with live.watcher.subscribe(job.id) as sub, LIVE_ACTIVE.labels("wait").track_inprogress():
+        await run_in_threadpool(live.bus.watch, job.id)
+        watch = Watch(svc, job, sub)
+        job = await watch.reload()
+        while not job.status.terminal and (left := deadline - time.monotonic()) > 0:
+            await watch.next(left)
+            job = await watch.reload()
+    return job
+
+
+def event_id(job: JobRecord) -> int:
+    """Queued before attempt n+1: (n+1)*1000; running attempt n at progress p: n*1000+1+p;
+    ended: TERMINAL_ID. A retry's queued state sorts after the attempt it follows."""
+    if job.status.terminal:
+        return TERMINAL_ID
+    if job.status is JobStatus.QUEUED:
+        return (job.attempts + 1) * 1000
+    return job.attempts * 1000 + 1 + min(job.progress, 998)
+
+
+def parse_last_event_id(value: str | None) -> int:
+    if value is None or not value.strip():
+        return -1
+    try:
+        return int(value.strip())
+    except ValueError:
+        raise InvalidRequest("Last-Event-ID must be an event id this stream sent",
+                             param="Last-Event-ID", code="invalid_last_event_id") from None
+
+
+def sse(event: str, data: str, event_id: int | None = None) -> bytes:
+    head = f"id: {event_id}\n" if event_id is not None else ""
+    return f"{head}event: {event}\ndata: {data}\n\n".encode()
+
+
+def events_since(job: JobRecord, last: int, present: Callable[[JobRecord], BaseModel]
+                 ) -> list[tuple[int, bytes]]:
+    """The events a client that saw ``last`` has not seen, for the job as it is now."""
+    now = event_id(job)
+    out: list[tuple[int, bytes]] = []
+    if now > last:
+        same_attempt_running = (job.status is JobStatus.RUNNING and last % 1000 != 0
+                                and last // 1000 == job.attempts)
+        kind = "progress" if same_attempt_running else "status"
+        out.append((now, sse(kind, present(job).model_dump_json(), now)))
+    if job.status is JobStatus.COMPLETED and last < TERMINAL_ID + 1:
+        out.append((TERMINAL_ID + 1,
+                    sse("output", present(job).model_dump_json(), TERMINAL_ID + 1)))
+    return out
+
+
+async def job_events(svc: Services, job: JobRecord, last: int,
+                     present: Callable[[JobRecord], BaseModel]) -> AsyncIterator[bytes]:
+    """``status`` / ``progress`` / ``output`` events until the job ends, heartbeats while
+    idle, and at most ``OMNIJOBS_EVENT_STREAM_MAX_S`` in all (the client resumes)."""
+    settings, live = svc.settings, svc.live
+    deadline = time.monotonic() + settings.event_stream_max_s
+    with live.watcher.subscribe(job.id) as sub, LIVE_ACTIVE.labels("events").track_inprogress():
+        await run_in_threadpool(live.bus.watch, job.id)
+        watch = Watch(svc, job, sub)
+        job = await watch.reload()
+        yield f"retry: {int(settings.event_resync_s * 1000)}\n\n".encode()
+        quiet_since = time.monotonic()
+        while True:
+            for sent, data in events_since(job, last, present):
+                yield data
+                last, quiet_since = sent, time.monotonic()
+            if job.status.terminal or (left := deadline - time.monotonic()) <= 0:
+                return
+            await watch.next(min(left, settings.event_heartbeat_s))
+            if time.monotonic() - quiet_since >= settings.event_heartbeat_s:
+                yield b": keep-alive\n\n"
+                quiet_since = time.monotonic()
+            job = await watch.reload()
+
+
+def error_json(code: str, message: str) -> str:
+    return json.dumps({"type": "error", "error": {"type": "server_error", "code": code,
+                                                  "message": message, "param": None}})

@@ -1,0 +1,302 @@
+"""Live notices and audio chunks, from workers (and API processes) to API processes.
+
+A notice says "job X changed, read it again": it carries no state, so one that is lost
+costs latency, never correctness (the database stays the source of truth, and every
+watcher re-reads it on a timer as well). Audio chunks carry the samples a job adds as it
+is generated, raw float32, for the API to encode in whatever format its client asked.
+A worker sends chunks only while someone listens (``listen``), so jobs nobody streams
+cost one existence check per chunk.
+
+Production (a Redis broker): a notice is a ``PUBLISH`` on ``omnijobs:live:<job>``, and
+each API process holds one pattern subscription for all of them (``RedisWatcher``); a
+listened-to job's chunks go to a Redis Stream ``omnijobs:audio:<job>`` (capped, expiring)
+that readers page through by entry id, so a reader that starts late loses nothing.
+
+Embedded (``omnijobs dev``): worker, maintenance and API are separate processes on one
+machine, so the spool folder ``OMNIJOBS_HOME/live`` carries both: ``<job>/`` exists while
+someone watches (``listening`` in it once someone wants the audio), its ``notice`` file
+is replaced on every notice (``SpoolWatcher`` looks at the watched ones every few
+milliseconds, in the event loop, without a thread), and each chunk is one ``.npy`` file,
+named so that names sort in order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import shutil
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from core.settings import Settings
+
+log = logging.getLogger(__name__)
+
+NOTICE = "omnijobs:live:"
+AUDIO = "omnijobs:audio:"
+LISTEN = "omnijobs:listen:"
+AUDIO_TTL_S = 600  # a stream's chunks outlive its last chunk by this much
+LISTEN_TTL_S = 3600
+AUDIO_MAXLEN = 20_000
+SPOOL_POLL_S = 0.005
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """Samples one chunk added to attempt ``attempt`` of a job; ``cursor`` reads on."""
+
+    cursor: str
+    attempt: int
+    samples: np.ndarray  # (channels, k) float32
+    sample_rate: int
+
+
+class Bus:
+    """The sending side (sync: workers, and routes that change a job) plus chunk reads."""
+
+    def notify(self, job_id: str) -> None:
+        raise NotImplementedError
+
+    def watch(self, job_id: str) -> None:
+        """Ask for notices of this job (every job's are sent in production)."""
+
+    def listen(self, job_id: str) -> None:
+        """Ask for this job's audio chunks (and its notices)."""
+        raise NotImplementedError
+
+    def listening(self, job_id: str) -> bool:
+        raise NotImplementedError
+
+    def add_audio(self, job_id: str, attempt: int, seq: int, samples: np.ndarray,
+                  sample_rate: int) -> None:
+        raise NotImplementedError
+
+    def read_audio(self, job_id: str, after: str) -> list[Chunk]:
+        raise NotImplementedError
+
+    def watcher(self) -> Watcher:
+        raise NotImplementedError
+
+
+class RedisBus(Bus):
+    def __init__(self, url: str) -> None:
+        import redis
+
+        self.url = url
+        self._client = redis.Redis.from_url(url, socket_timeout=2, socket_connect_timeout=2)
+
+    def notify(self, job_id: str) -> None:
+        self._client.publish(NOTICE + job_id, b"1")
+
+    def listen(self, job_id: str) -> None:
+        self._client.set(LISTEN + job_id, b"1", ex=LISTEN_TTL_S)
+
+    def listening(self, job_id: str) -> bool:
+        return bool(self._client.exists(LISTEN + job_id))
+
+    def add_audio(self, job_id: str, attempt: int, seq: int, samples: np.ndarray,
+                  sample_rate: int) -> None:
+        data = np.ascontiguousarray(samples, dtype=np.float32)
+        pipe = self._client.pipeline(transaction=False)
+        pipe.xadd(AUDIO + job_id, {"a": attempt, "r": sample_rate, "c": data.shape[0],
+                                   "d": data.tobytes()}, maxlen=AUDIO_MAXLEN, approximate=True)
+        pipe.expire(AUDIO + job_id, AUDIO_TTL_S)
+        pipe.publish(NOTICE + job_id, b"1")
+        pipe.execute()
+
+    def read_audio(self, job_id: str, after: str) -> list[Chunk]:
+        start = f"({after}" if after else "-"
+        chunks = []
+        for entry_id, f in self._client.xrange(AUDIO + job_id, min=start):
+            channels = int(f[b"c"])
+            samples = np.frombuffer(f[b"d"], dtype=np.float32).reshape(channels, -1)
+            chunks.append(Chunk(entry_id.decode(), int(f[b"a"]), samples, int(f[b"r"])))
+        return chunks
+
+    def watcher(self) -> Watcher:
+        return RedisWatcher(self.url)
+
+
+class SpoolBus(Bus):
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self._pruned = 0.0
+
+    def _dir(self, job_id: str) -> Path:
+        return self.root / job_id
+
+    def notify(self, job_id: str) -> None:
+        folder = self._dir(job_id)
+        if folder.is_dir():
+            _replace(folder / "notice", str(time.time_ns()).encode())
+
+    def watch(self, job_id: str) -> None:
+        self._dir(job_id).mkdir(parents=True, exist_ok=True)
+        if time.monotonic() - self._pruned > 60:
+            self._pruned = time.monotonic()
+            prune(self.root, LISTEN_TTL_S)
+
+    def listen(self, job_id: str) -> None:
+        self.watch(job_id)
+        (self._dir(job_id) / "listening").touch()
+
+    def listening(self, job_id: str) -> bool:
+        return (self._dir(job_id) / "listening").exists()
+
+    def add_audio(self, job_id: str, attempt: int, seq: int, samples: np.ndarray,
+                  sample_rate: int) -> None:
+        folder = self._dir(job_id)
+        tmp = folder / f".{attempt}-{seq}.tmp"
+        with open(tmp, "wb") as f:
+            np.save(f, np.ascontiguousarray(samples, dtype=np.float32))
+        os.replace(tmp, folder / f"a-{attempt:04d}-{seq:09d}-{sample_rate}.npy")
+        self.notify(job_id)
+
+    def read_audio(self, job_id: str, after: str) -> list[Chunk]:
+        folder = self._dir(job_id)
+        try:
+            names = sorted(n for n in os.listdir(folder) if n.startswith("a-") and n > after)
+        except FileNotFoundError:
+            return []
+        chunks = []
+        for name in names:
+            _, attempt, _, rate = name.removesuffix(".npy").split("-")
+            chunks.append(Chunk(name, int(attempt), np.load(folder / name), int(rate)))
+        return chunks
+
+    def watcher(self) -> Watcher:
+        return SpoolWatcher(self.root)
+
+
+def _replace(path: Path, data: bytes) -> None:
+    """A new file each time (a new inode), so a watcher sees two notices apart even
+    within one tick of the file system's clock."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+
+
+def prune(root: Path, older_than_s: float) -> None:
+    """Spool folders nobody touched for a while (their streams ended long ago)."""
+    cutoff = time.time() - older_than_s
+    with contextlib.suppress(FileNotFoundError):
+        for entry in os.scandir(root):
+            with contextlib.suppress(OSError):
+                if entry.is_dir() and entry.stat().st_mtime < cutoff:
+                    shutil.rmtree(entry.path, ignore_errors=True)
+
+
+def make_bus(settings: Settings) -> Bus:
+    if settings.broker.startswith(("redis://", "rediss://")):
+        return RedisBus(settings.broker)
+    return SpoolBus(settings.live_dir)
+
+
+class Subscription:
+    """One watcher of one job: ``wait`` returns True on a notice, False on a timeout."""
+
+    def __init__(self) -> None:
+        self.event = asyncio.Event()
+
+    async def wait(self, timeout_s: float) -> bool:
+        try:
+            await asyncio.wait_for(self.event.wait(), max(0.0, timeout_s))
+        except TimeoutError:
+            return False
+        self.event.clear()
+        return True
+
+
+class Watcher:
+    """The receiving side in an API process: one task per event loop serves every
+    subscription, so an idle stream is an ``asyncio.Event`` and nothing more."""
+
+    def __init__(self) -> None:
+        self._subs: dict[str, set[Subscription]] = {}
+        self._task: asyncio.Task | None = None
+
+    @contextlib.contextmanager
+    def subscribe(self, job_id: str) -> Iterator[Subscription]:
+        self._ensure_running()
+        sub = Subscription()
+        self._subs.setdefault(job_id, set()).add(sub)
+        try:
+            yield sub
+        finally:
+            subs = self._subs.get(job_id, set())
+            subs.discard(sub)
+            if not subs:
+                self._subs.pop(job_id, None)
+
+    @property
+    def active(self) -> int:
+        return sum(len(s) for s in self._subs.values())
+
+    def wake(self, job_id: str) -> None:
+        for sub in self._subs.get(job_id, ()):
+            sub.event.set()
+
+    def wake_all(self) -> None:
+        for job_id in list(self._subs):
+            self.wake(job_id)
+
+    def _ensure_running(self) -> None:
+        loop = asyncio.get_running_loop()
+        if self._task is None or self._task.done() or self._task.get_loop() is not loop:
+            self._task = loop.create_task(self._run())
+
+    async def _run(self) -> None:
+        raise NotImplementedError
+
+
+class RedisWatcher(Watcher):
+    def __init__(self, url: str) -> None:
+        super().__init__()
+        self.url = url
+
+    async def _run(self) -> None:
+        import redis.asyncio as aioredis
+
+        while True:
+            try:
+                client = aioredis.Redis.from_url(self.url, socket_connect_timeout=2)
+                async with client.pubsub() as pubsub:
+                    await pubsub.psubscribe(NOTICE + "*")
+                    self.wake_all()  # anything sent while we were away is re-read
+                    async for msg in pubsub.listen():
+                        if msg.get("type") == "pmessage":
+                            self.wake(msg["channel"].decode()[len(NOTICE):])
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # Redis away: watchers fall back on their resync timers
+                log.warning("live notices: Redis subscription lost; reconnecting",
+                            exc_info=True)
+                await asyncio.sleep(1.0)
+
+
+class SpoolWatcher(Watcher):
+    def __init__(self, root: Path) -> None:
+        super().__init__()
+        self.root = root
+
+    async def _run(self) -> None:
+        seen: dict[str, tuple[int, int] | None] = {}
+        while True:
+            await asyncio.sleep(SPOOL_POLL_S)
+            for job_id in list(self._subs):
+                try:
+                    st = os.stat(self.root / job_id / "notice")
+                    mark = (st.st_ino, st.st_mtime_ns)
+                except OSError:
+                    mark = None
+                if job_id in seen and seen[job_id] != mark:
+                    self.wake(job_id)
+                seen[job_id] = mark
+            for job_id in set(seen) - set(self._subs):
+                del seen[job_id]
