@@ -97,8 +97,10 @@ _PG_OUTBOX = (
 
 def _insert_pg(s: Session, jobs: list[dict], hooks: list[dict], messages: list[dict],
                now: datetime) -> list[int]:
-    cursor = s.connection().connection.driver_connection.cursor()
-    cursor.execute(_PG_JOBS, {
+    # Through SQLAlchemy's connection, not a bare cursor: its errors (an outage is a 503)
+    # and the pool's invalidation of a dead connection stay as on every other statement.
+    conn = s.connection()
+    conn.exec_driver_sql(_PG_JOBS, {
         "status": JobStatus.QUEUED.value, "now": now,
         "id": [j["id"] for j in jobs], "tenant_id": [j["tenant_id"] for j in jobs],
         "kind": [j["kind"] for j in jobs], "model": [j["model"] for j in jobs],
@@ -109,11 +111,11 @@ def _insert_pg(s: Session, jobs: list[dict], hooks: list[dict], messages: list[d
         "token": [j["dispatch_token"] for j in jobs]})
     if hooks:
         s.execute(insert(JobWebhook.__table__), hooks)
-    cursor.execute(_PG_OUTBOX, {
+    ids = dict(conn.exec_driver_sql(_PG_OUTBOX, {
         "now": now, "job_id": [m["job_id"] for m in messages],
         "queue": [m["queue"] for m in messages],
-        "payload": [json.dumps(m["payload"]) for m in messages]})
-    ids = dict(cursor.fetchall())  # RETURNING's order is not promised: matched by job
+        "payload": [json.dumps(m["payload"]) for m in messages]}).all())
+    # RETURNING's order is not promised: the ids are matched by job
     return [ids[m["job_id"]] for m in messages]
 
 
