@@ -21,6 +21,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
+from functools import lru_cache
 
 from fastapi import Request, Response
 from fastapi.routing import APIRoute
@@ -151,12 +152,18 @@ def _limited(receive: Receive, limit: int) -> Receive:
     return receive_within_limit
 
 
+@lru_cache(maxsize=1024)
+def _latency(method: str, route: str, status: int):
+    """The histogram's child for these labels, looked up once (``labels`` validates
+    and locks on every call). The labels are bounded: methods, route templates, codes."""
+    return REQUEST_LATENCY.labels(method, route, status)
+
+
 def _log_access(scope: Scope, status: int, started: float) -> None:
     elapsed = time.monotonic() - started
     method = scope.get("method")
-    REQUEST_LATENCY.labels(method if method in METHODS else "other",
-                           getattr(scope.get("route"), "path", "unmatched"),
-                           status).observe(elapsed)
+    _latency(method if method in METHODS else "other",
+             getattr(scope.get("route"), "path", "unmatched"), status).observe(elapsed)
     state = scope.get("state") or {}
     path = clip(scope.get("path", ""), 200)
     access_log.info("%s %s %s", scope.get("method"), path, status, extra={

@@ -78,13 +78,18 @@ def make_side(stack: ExitStack, tree: Tree, index: int, redis: Redis, sw, work: 
 
 
 def measure_render(side: Side, args: argparse.Namespace) -> None:
-    """Synchronous speech and worker overhead, with one worker serving both pipelines."""
+    """Synchronous speech and worker overhead, with one worker serving both pipelines
+    (a count of 0 leaves its figure out)."""
+    if not (args.sync_requests or args.worker_jobs):
+        return
     worker = start_worker(side.tree, side.env, side.home)
     try:
-        side.figures.append(sync_speech.figure(
-            sync_speech.measure(side.base_url, side.key, args.sync_requests)))
-        side.figures.append(worker_overhead.figure(worker_overhead.measure(
-            side.base_url, side.key, side.database_url, args.worker_jobs, side.env)))
+        if args.sync_requests:
+            side.figures.append(sync_speech.figure(
+                sync_speech.measure(side.base_url, side.key, args.sync_requests)))
+        if args.worker_jobs:
+            side.figures.append(worker_overhead.figure(worker_overhead.measure(
+                side.base_url, side.key, side.database_url, args.worker_jobs, side.env)))
     finally:
         worker.stop()
 
@@ -192,7 +197,8 @@ def run_local(args: argparse.Namespace) -> dict[str, list[Figure]]:
         for side in sides:  # out of the way of the --workers runs
             side.api.stop()
         measure_api_workers(sides, baseline, args)
-        measure_batches(sides, args)
+        if args.batch_lines:
+            measure_batches(sides, args)
         for side in sides:
             add_pending(side)
         return {side.tree.label: side.figures for side in sides}
@@ -213,10 +219,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--connections", type=int, default=64, help="hey -c (64)")
     parser.add_argument("--api-workers", default="",
                         help="also load `omnijobs api --workers N` for each N, e.g. 1,2")
-    parser.add_argument("--sync-requests", type=int, default=20)
-    parser.add_argument("--worker-jobs", type=int, default=20)
+    parser.add_argument("--sync-requests", type=int, default=20, help="20; 0: no figure")
+    parser.add_argument("--worker-jobs", type=int, default=20, help="20; 0: no figure")
     parser.add_argument("--batch-lines", type=int, default=batch_figure.BATCH_LINES,
-                        help="lines of the batch file (50000)")
+                        help="lines of the batch file (50000; 0: no figure)")
     parser.add_argument("--ref", help="also run the omnijobs side from this git ref")
     parser.add_argument("--compose", metavar="URL", help="load this running deployment only")
     parser.add_argument("--key", help="API key for --compose")

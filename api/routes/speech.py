@@ -12,7 +12,7 @@ import logging
 
 from fastapi import APIRouter, Depends, Header
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import Response
 
 from core.errors import (
     Conflict,
@@ -54,11 +54,13 @@ def speech_job(settings: Settings, body: SpeechCreate) -> tuple[PipelineSpec, di
     return spec, fields
 
 
-def accepted(svc: Services, job: JobRecord, applied: str | None) -> JSONResponse:
+def accepted(svc: Services, job: JobRecord, applied: str | None) -> Response:
     headers = {"Location": f"/v1/jobs/{job.id}", "X-Job-Id": job.id}
     if applied:
         headers["Preference-Applied"] = applied
-    return JSONResponse(job_public(svc, job).model_dump(), status_code=202, headers=headers)
+    # pydantic's own JSON (in Rust): no dict copy, no json.dumps
+    return Response(job_public(svc, job).model_dump_json(), status_code=202,
+                    headers=headers, media_type="application/json")
 
 
 async def result(svc: Services, job: JobRecord, applied: str | None) -> Response:

@@ -89,10 +89,30 @@ def _claim_statement(with_token: bool):
         worker_id=bindparam("worker_id"), lease_expires_at=bindparam("lease", type_=UTCDateTime()),
         updated_at=bindparam("now", type_=UTCDateTime()),
         started_at=func.coalesce(Job.started_at, bindparam("now", type_=UTCDateTime())),
-        error_code=None, error_message=None).returning(Job)
+        error_code=None, error_message=None).returning(*_CLAIMED)
+
+
+# The claimed row as plain columns, named as ``_record`` reads them: no ORM entity to
+# build, track and then load relationships for (a claimed job has no outputs yet).
+_CLAIMED = [c.label(a.key) for a in Job.__mapper__.column_attrs for c in a.columns]
 
 
 _CLAIM = (_claim_statement(False), _claim_statement(True))
+
+
+def _heartbeat_statement(with_progress: bool):
+    """Extend the lease of ``:job_id`` while it is running attempt ``:attempt`` (and set
+    ``:new_progress``): built once, like the claim; a worker sends one every few seconds
+    and one before each upload."""
+    q = update(Job).where(Job.id == bindparam("job_id"),
+                          Job.status == JobStatus.RUNNING.value,
+                          Job.attempts == bindparam("attempt")).values(
+        lease_expires_at=bindparam("lease", type_=UTCDateTime()),
+        updated_at=bindparam("now", type_=UTCDateTime()))
+    return q.values(progress=bindparam("new_progress")) if with_progress else q
+
+
+_HEARTBEAT = (_heartbeat_statement(False), _heartbeat_statement(True))
 
 
 class JobRepository:
@@ -183,8 +203,7 @@ class JobRepository:
             params["token"] = token
         with self._sessions.begin() as s:
             # One round trip: the compare-and-set hands back the row it wrote.
-            job = s.scalars(_CLAIM[token is not None], params,
-                            execution_options={"populate_existing": True}).one_or_none()
+            job = s.connection().execute(_CLAIM[token is not None], params).one_or_none()
             if job is None:
                 return None
             stage_job_event(s, job_id, "started", job)
@@ -199,14 +218,14 @@ class JobRepository:
                   progress: int | None = None) -> bool:
         """Extend the lease; False means the job is no longer ours (cancelled, reaped)."""
         now = _now()
-        values: dict[str, Any] = {"lease_expires_at": now + timedelta(seconds=lease_s),
-                                  "updated_at": now}
+        params: dict[str, Any] = {"job_id": job_id, "attempt": attempt, "now": now,
+                                  "lease": now + timedelta(seconds=lease_s)}
         if progress is not None:
-            values["progress"] = max(0, min(99, progress))
+            params["new_progress"] = max(0, min(99, progress))
         # One statement on its own (autocommit): one round trip, no BEGIN and COMMIT.
         engine = self._sessions.kw["bind"]
         with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
-            return conn.execute(self._running(job_id, attempt).values(**values)).rowcount == 1
+            return conn.execute(_HEARTBEAT[progress is not None], params).rowcount == 1
 
     def complete(self, job_id: str, attempt: int, outputs: list[OutputRecord],
                  output_ttl_s: float) -> bool:

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 
-from sqlalchemy import func, literal, select
+from sqlalchemy import bindparam, func, literal, select
 from sqlalchemy.orm import Session
 
 from core.errors import TooManyRequests
@@ -56,16 +57,13 @@ class Quotas:
         """``admit`` for a group of submits, with every tenant's and pipeline's count in
         one statement: per job, None if admitted, else its refusal (the group's earlier
         admissions count against the caps, as committed jobs would)."""
-        wanted: dict[tuple, tuple] = {}
+        wanted: dict[tuple, None] = {}
         for new in news:
             quota = self._by_lane[new.lane]
-            wanted.setdefault(("tenant", new.tenant_id, quota.max_active_per_tenant),
-                              (Job.tenant_id == new.tenant_id, Job.status.in_(ACTIVE)))
-            wanted.setdefault(("pipeline", new.pipeline, quota.max_queued_per_pipeline),
-                              (Job.pipeline == new.pipeline,
-                               Job.status == JobStatus.QUEUED.value))
-        row = s.execute(select(*(_capped(key[2], *where).scalar_subquery()
-                                 for key, where in wanted.items()))).one()
+            wanted.setdefault(("tenant", new.tenant_id, quota.max_active_per_tenant))
+            wanted.setdefault(("pipeline", new.pipeline, quota.max_queued_per_pipeline))
+        statement = _counts_statement(tuple((kind, cap) for kind, _, cap in wanted))
+        row = s.execute(statement, {f"n{i}": key[1] for i, key in enumerate(wanted)}).one()
         counts = dict(zip(wanted, row, strict=True))
         out: list[TooManyRequests | None] = []
         for new in news:
@@ -97,6 +95,20 @@ def _queue_full(pipeline: str) -> TooManyRequests:
 def _count(s: Session, cap: int, *where) -> int:
     """Rows matching ``where``, counted up to ``cap`` only."""
     return s.scalar(_capped(cap, *where))
+
+
+@lru_cache(maxsize=64)
+def _counts_statement(shape: tuple[tuple[str, int], ...]):
+    """One statement per shape (which counts, with which caps), built once: the names
+    are bound parameters, so a group pays no expression building, and the compiled
+    form comes from SQLAlchemy's cache."""
+    counts = []
+    for i, (kind, cap) in enumerate(shape):
+        name = bindparam(f"n{i}")
+        where = ((Job.tenant_id == name, Job.status.in_(ACTIVE)) if kind == "tenant"
+                 else (Job.pipeline == name, Job.status == JobStatus.QUEUED.value))
+        counts.append(_capped(cap, *where).scalar_subquery())
+    return select(*counts)
 
 
 def _capped(cap: int, *where):

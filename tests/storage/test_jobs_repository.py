@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from sqlalchemy import func, select
+from sqlalchemy import event, func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from core.errors import MESSAGE_LIMIT
@@ -153,6 +153,28 @@ def test_claim_is_compare_and_set(repos: Repos) -> None:
     assert repos.jobs.claim(job.id, "worker-b", lease_s=60) is None
     stored = repos.jobs.get(job.id)
     assert stored.attempts == 1 and stored.status is JobStatus.RUNNING
+
+
+def test_claim_is_one_statement_on_jobs_and_reads_no_outputs(repos: Repos) -> None:
+    """The claimed record is built from the UPDATE's own RETURNING: no read of the
+    outputs (a claimed job has none), whatever the ORM's relationship loading."""
+    job = repos.submit()
+    statements: list[str] = []
+
+    def note(conn, cursor, statement, params, context, executemany) -> None:
+        statements.append(statement)
+
+    engine = repos.sessions.kw["bind"]
+    event.listen(engine, "before_cursor_execute", note)
+    try:
+        claimed = repos.jobs.claim(job.id, "worker-a", lease_s=60)
+    finally:
+        event.remove(engine, "before_cursor_execute", note)
+    assert claimed is not None and claimed.outputs == ()
+    assert (claimed.request, claimed.metadata) == ({"input": "hello"}, {"ref": "t"})
+    assert claimed.dispatch_token == job.dispatch_token
+    assert [s for s in statements if "UPDATE jobs" in s] and not [
+        s for s in statements if "FROM outputs" in s]
 
 
 def test_claim_of_unknown_job_returns_none(repos: Repos) -> None:
