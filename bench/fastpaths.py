@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-from . import batch_figure, pending, submit, sync_speech, worker_overhead
+from . import batch_figure, submit, sync_speech, worker_overhead
 from .counters import SETTLE_S
 from .load import LoadResult, seconds
 from .report import Figure, write
@@ -158,10 +158,6 @@ def measure_batches(sides: list[Side], args: argparse.Namespace) -> None:
             api.stop()
 
 
-def add_pending(side: Side) -> None:
-    side.figures.append(pending.streaming_first_byte(side.base_url, side.key))
-
-
 def start_sides(stack: ExitStack, args: argparse.Namespace, work: Path) -> list[Side]:
     """Shared Redis and SeaweedFS; per tree a database, a Redis database and an API."""
     redis = start_redis(stack, work)
@@ -199,8 +195,6 @@ def run_local(args: argparse.Namespace) -> dict[str, list[Figure]]:
         measure_api_workers(sides, baseline, args)
         if args.batch_lines:
             measure_batches(sides, args)
-        for side in sides:
-            add_pending(side)
         return {side.tree.label: side.figures for side in sides}
 
 

@@ -22,12 +22,6 @@ class Figure:
         return {True: "yes", False: "no", None: "-"}[self.met]
 
 
-def pending(key: str, name: str, target: str, needs: str) -> Figure:
-    """A figure whose feature is not built yet: a row that says so, and nothing measured."""
-    return Figure(key=key, name=name, target=target, measured=f"n/a (needs {needs})",
-                  data={"pending": needs})
-
-
 def table(sides: dict[str, list[Figure]]) -> str:
     """One row per figure; measured, ratio and met? for each side, in the given order."""
     labels = list(sides)

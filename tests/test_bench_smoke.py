@@ -91,11 +91,6 @@ def test_batch_figure_is_measured(run):
     assert data["upload_to_all_queued_s"] >= data["upload_s"] > 0
 
 
-def test_pending_figures_say_what_they_wait_for(run):
-    figures, _ = run
-    assert figures["stream_first_byte"]["measured"] == "n/a (needs streaming speech)"
-
-
 def test_ref_checkout_is_a_separate_tree_and_is_removed(tmp_path):
     with checkout("HEAD", tmp_path) as tree:
         assert (tree.path / "omnijobs" / "cli.py").is_file()
