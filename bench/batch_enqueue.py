@@ -20,8 +20,6 @@ import argparse
 import io
 import json
 import os
-import shutil
-import tempfile
 import time
 from pathlib import Path
 
@@ -29,17 +27,9 @@ import httpx
 import redis
 from openai import OpenAI
 
-from tests.conftest import stack_env
-from tests.services import (
-    Process,
-    create_database,
-    drop_database,
-    free_port,
-    redis_url,
-    spawn,
-    start_seaweedfs,
-    wait_until,
-)
+from tests.services import Process
+
+from .stack import local_stack
 
 BULK_KEY = "pipeline.piper-joe\x06\x169"  # kombu's Redis list for priority 9
 
@@ -174,46 +164,21 @@ def main() -> None:
     parser.add_argument("--sample", type=int, default=500)
     parser.add_argument("--upload-mb", type=int, default=190)
     args = parser.parse_args()
-    home = Path(tempfile.mkdtemp(prefix="omnijobs-bench-"))
-    pg, broker_url = create_database(), redis_url()
-    from storage.migrate import upgrade
-
-    upgrade(pg)
-    sw = start_seaweedfs(home / "seaweedfs")
-    env = stack_env(pg, broker_url, sw, home, OMNIJOBS_PIPELINES='["piper-joe", "test-silent"]',
-                    OMNIJOBS_TENANT_SUBMITS_PER_S="0")  # the baseline measures the path
-    port = free_port()
-    base = f"http://127.0.0.1:{port}"
-    procs = {"api": spawn("api", ["api", "--port", str(port)], env, home),
-             "maintenance": spawn("maintenance", ["maintenance"], env, home)}
-    try:
-        wait_until(lambda: httpx.get(f"{base}/readyz").status_code == 200, 60, "API")
-        wait_until(lambda: "ready" in procs["maintenance"].log.read_text(), 90, "maintenance")
-        key = spawn_key(env, home)
-        sdk = OpenAI(base_url=base + "/v1", api_key=key, max_retries=0, timeout=600)
+    with local_stack('["piper-joe", "test-silent"]', "maintenance", ["maintenance"],
+                     ready_s=90) as st:
+        sdk = OpenAI(base_url=st.base_url + "/v1", api_key=st.key, max_retries=0, timeout=600)
         report = {"lines": args.lines, "cpu_count": os.cpu_count(),
-                  "batch": enqueue(sdk, redis.Redis.from_url(broker_url), args.lines),
-                  "maintenance_peak_rss_mb": round(peak_rss_mb(procs["maintenance"]), 1),
-                  "interactive": interactive(base, key, args.sample)}
+                  "batch": enqueue(sdk, redis.Redis.from_url(st.broker_url), args.lines),
+                  "maintenance_peak_rss_mb": round(peak_rss_mb(st.procs["maintenance"]), 1),
+                  "interactive": interactive(st.base_url, st.key, args.sample)}
         report["interactive_over_batch_per_job"] = round(
             report["interactive"]["per_job_us"] / report["batch"]["per_job_us"], 1)
-        procs["maintenance"].stop()  # the parts are timed here, on a batch of our own
-        report["step_parts"] = breakdown(env, requests(args.lines), args.lines)
+        st.procs["maintenance"].stop()  # the parts are timed here, on a batch of our own
+        report["step_parts"] = breakdown(st.env, requests(args.lines), args.lines)
         if args.upload_mb:
-            report["large_upload"] = upload_memory(sdk, procs["api"], args.upload_mb, home)
+            report["large_upload"] = upload_memory(sdk, st.procs["api"], args.upload_mb,
+                                                   st.home)
         print(json.dumps(report, indent=2))
-    finally:
-        for proc in procs.values():
-            proc.stop()
-        sw.stop()
-        drop_database(pg)
-        shutil.rmtree(home, ignore_errors=True)
-
-
-def spawn_key(env: dict[str, str], home: Path) -> str:
-    proc = spawn("keys", ["keys", "create", "--tenant", "bench"], env, home)
-    proc.proc.wait(60)
-    return proc.log.read_text().strip().splitlines()[-1]
 
 
 if __name__ == "__main__":

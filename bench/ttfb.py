@@ -20,25 +20,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import statistics
-import tempfile
 import time
 from functools import cache
-from pathlib import Path
 
 import httpx
 
-from tests.conftest import stack_env
-from tests.services import (
-    create_database,
-    drop_database,
-    free_port,
-    redis_url,
-    spawn,
-    start_seaweedfs,
-    wait_until,
-)
+from .stack import local_stack
 
 TEXT = " ".join([
     "The first sentence opens the story.", "A second one follows close behind.",
@@ -127,32 +115,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=15)
     args = parser.parse_args()
-    home = Path(tempfile.mkdtemp(prefix="omnijobs-bench-"))
-    pg, broker_url = create_database(), redis_url()
-    from storage.migrate import upgrade
-
-    upgrade(pg)
-    sw = start_seaweedfs(home / "seaweedfs")
-    env = stack_env(pg, broker_url, sw, home, OMNIJOBS_PIPELINES='["piper-joe"]',
-                    OMNIJOBS_TENANT_SUBMITS_PER_S="0")
-    port = free_port()
-    base = f"http://127.0.0.1:{port}"
-    procs = {"api": spawn("api", ["api", "--port", str(port)], env, home),
-             "worker": spawn("worker", ["worker", "--pipeline", "piper-joe"], env, home)}
-    try:
-        wait_until(lambda: httpx.get(f"{base}/readyz").status_code == 200, 60, "API")
-        wait_until(lambda: "ready" in procs["worker"].log.read_text(), 120, "worker")
-        keys = spawn("keys", ["keys", "create", "--tenant", "bench"], env, home)
-        keys.proc.wait(60)
-        key = keys.log.read_text().strip().splitlines()[-1]
-        print(json.dumps(measure(base, key, args.rounds), indent=2))
-    finally:
-        for proc in procs.values():
-            proc.stop()
-        sw.stop()
-        drop_database(pg)
-        shutil.rmtree(home, ignore_errors=True)
-
+    with local_stack('["piper-joe"]', "worker", ["worker", "--pipeline", "piper-joe"]) as st:
+        print(json.dumps(measure(st.base_url, st.key, args.rounds), indent=2))
 
 if __name__ == "__main__":
     main()
