@@ -33,7 +33,7 @@ WEBHOOK_RETRY_SCHEDULE_S = (0, 5, 300, 1800, 7200, 18000, 36000, 50400, 72000, 8
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="OMNIJOBS_", extra="ignore")
 
-    # Each field's description is its row in README.md's Configuration table
+    # Each field's description is its row in docs/configuration.md's table
     # (`omnijobs config --markdown` prints the table; tests/test_config_table.py checks it).
     mode: Literal["embedded", "production"] = Field(
         "embedded", description="`production` refuses placeholder secrets and requires "

@@ -64,7 +64,7 @@ def migrate() -> None:
 
 @cli.command()
 def config(markdown: Annotated[bool, typer.Option(
-        help="Print README.md's Configuration table (every setting, its default and "
+        help="Print docs/configuration.md's table (every setting, its default and "
              "meaning) instead")] = False) -> None:
     """Print the effective settings, from OMNIJOBS_* variables (secrets hidden)."""
     if markdown:

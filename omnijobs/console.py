@@ -137,7 +137,7 @@ def effective_settings(settings) -> list[str]:
 
 
 def config_rows() -> dict[str, str]:
-    """Environment variable -> its README table row, in the order of ``Settings``."""
+    """Environment variable -> its docs/configuration.md table row, in the order of ``Settings``."""
     from core.settings import Settings
 
     prefix = Settings.model_config["env_prefix"]
