@@ -17,11 +17,12 @@ import shutil
 import tempfile
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Protocol
 from urllib.parse import quote, urlencode
 
-from core.errors import NotFound, SignatureInvalid, StorageFailed
+from core.errors import NotFound, RangeNotSatisfiable, SignatureInvalid, StorageFailed
 from core.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -34,6 +35,15 @@ SIGNATURE = re.compile(r"[0-9a-f]{64}")  # hex HMAC-SHA256, as _sign writes it
 def object_key(tenant_id: str, job_id: str, index: int, extension: str) -> str:
     """Deterministic per (job, output index): a retry overwrites instead of duplicating."""
     return f"{tenant_id}/{job_id}/{index}.{extension}"
+
+
+@dataclass(frozen=True)
+class ObjectPart:
+    """An object's bytes, or the range of them a client asked for."""
+
+    chunks: Iterator[bytes]
+    length: int
+    content_range: str | None  # set when a range was answered (a 206)
 
 
 class ObjectStore(Protocol):
@@ -186,6 +196,8 @@ class S3Store:
             code = exc.response.get("Error", {}).get("Code", "")
             if code in ("NoSuchKey", "404", "NotFound"):
                 raise NotFound("object not found") from exc
+            if code == "InvalidRange":
+                raise RangeNotSatisfiable("the range asked for is outside the object") from exc
             raise StorageFailed(f"object store {what} failed: {code or 'error'}") from exc
         except BotoCoreError as exc:
             raise StorageFailed(f"object store {what} failed: {type(exc).__name__}") from exc
@@ -236,6 +248,14 @@ class S3Store:
     def stream(self, key: str) -> Iterator[bytes]:
         body = self._call("get", self._client.get_object, Key=key)["Body"]
         return body.iter_chunks(CHUNK)
+
+    def read_range(self, key: str, byte_range: str | None) -> ObjectPart:
+        """The object, or the ``Range`` a client sent (S3 parses and answers it), for a
+        player that seeks."""
+        extra = {"Range": byte_range} if byte_range else {}
+        resp = self._call("get", self._client.get_object, Key=key, **extra)
+        return ObjectPart(resp["Body"].iter_chunks(CHUNK), int(resp["ContentLength"]),
+                          resp.get("ContentRange") if byte_range else None)
 
     def delete(self, keys: list[str]) -> None:
         for start in range(0, len(keys), 1000):  # the API's limit per request
