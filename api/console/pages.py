@@ -11,6 +11,7 @@ from typing import Literal
 from fastapi import APIRouter, Depends, Query
 from fastapi.responses import RedirectResponse, Response
 
+from core.errors import InvalidRequest
 from core.jobs import JobKind, JobStatus, is_job_id
 from storage.batch_views import batch_view
 from storage.records import JobFilter
@@ -28,17 +29,21 @@ router = APIRouter(prefix=PATH, route_class=ConsoleRoute, include_in_schema=Fals
 signed_in = authenticated_by(authenticate)
 
 
+DAY = r"^(\d{4}-\d{2}-\d{2})?$"  # a date input's value, or nothing
+
+
 @dataclass
 class JobsQuery:
-    """The Jobs page's filters, as query parameters (bookmarkable; no key in them)."""
+    """The Jobs page's filters, as query parameters (bookmarkable; no key in them). An
+    empty field (the form's "any") is no filter."""
 
-    status: JobStatus | None = Query(default=None)
-    kind: JobKind | None = Query(default=None)
+    status: JobStatus | Literal[""] | None = Query(default=None)
+    kind: JobKind | Literal[""] | None = Query(default=None)
     model: str | None = Query(default=None, max_length=200)
     tenant: str | None = Query(default=None, max_length=40)
     batch: str | None = Query(default=None, max_length=64)
-    since: str | None = Query(default=None, max_length=10, pattern=r"^\d{4}-\d{2}-\d{2}$")
-    until: str | None = Query(default=None, max_length=10, pattern=r"^\d{4}-\d{2}-\d{2}$")
+    since: str | None = Query(default=None, max_length=10, pattern=DAY)
+    until: str | None = Query(default=None, max_length=10, pattern=DAY)
     q: str | None = Query(default=None, max_length=64)
     after: str | None = Query(default=None, max_length=64)
     limit: int = Query(default=25, ge=1, le=100)
@@ -46,7 +51,7 @@ class JobsQuery:
     def job_filter(self, viewer: Viewer) -> JobFilter:
         """A tenant's filter is always its own tenant, whatever ``tenant`` says."""
         tenant = (self.tenant or None) if viewer.operator else viewer.session.tenant_id
-        return JobFilter(tenant_id=tenant, status=self.status, kind=self.kind,
+        return JobFilter(tenant_id=tenant, status=self.status or None, kind=self.kind or None,
                          model=self.model or None, batch_id=self.batch or None,
                          created_after=_day(self.since),
                          created_before=_day(self.until, plus=timedelta(days=1)))
@@ -61,7 +66,10 @@ class JobsQuery:
 def _day(value: str | None, plus: timedelta = timedelta()) -> datetime | None:
     if not value:
         return None
-    return datetime.strptime(value, "%Y-%m-%d").replace(tzinfo=UTC) + plus
+    try:
+        return datetime.strptime(value, "%Y-%m-%d").replace(tzinfo=UTC) + plus
+    except ValueError:
+        raise InvalidRequest(f"'{value}' is not a date (YYYY-MM-DD)", param="since") from None
 
 
 def tenant_names(svc: Services, who: Viewer) -> dict[str, str]:
