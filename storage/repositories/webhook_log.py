@@ -19,6 +19,7 @@ from .scope import tenant_is
 
 PENDING, SUCCEEDED, FAILED, STOPPED = "pending", "succeeded", "failed", "stopped"
 DELIVERY_PREFIX = "whd_"
+MAX_ID = 2**31 - 1  # the id column is a 32-bit integer
 
 
 def _now() -> datetime:
@@ -31,10 +32,11 @@ def unlocked(now: datetime):
 
 
 def parse_delivery_id(public_id: str) -> int | None:
-    """``whd_<n>`` as the API shows it, or None for anything else."""
+    """``whd_<n>`` as the API shows it, or None for anything else (never sent to the
+    database: a number past the column's range would be an error there, not a miss)."""
     digits = public_id.removeprefix(DELIVERY_PREFIX)
     if public_id.startswith(DELIVERY_PREFIX) and digits.isascii() and digits.isdigit() \
-            and len(digits) <= 18:
+            and len(digits) <= 10 and int(digits) <= MAX_ID:
         return int(digits)
     return None
 
