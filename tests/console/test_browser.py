@@ -78,7 +78,6 @@ def test_a_tenant_key_sees_only_its_own_jobs(context, acme, globex, tmp_path):
     session = cookies["omnijobs_console"]
     assert session["httpOnly"] and session["sameSite"] == "Strict"
     assert session["path"] == "/console" and acme[1] not in session["value"]
-    screenshot(page, "jobs", tmp_path)
     resp = page.goto(f"/console/jobs/{theirs['id']}")
     assert resp.status == 404
     assert f"no job with id '{theirs['id']}'" in page.locator("main").inner_text()
@@ -221,6 +220,75 @@ def test_a_failed_delivery_is_replayed_and_the_new_attempt_shows(context, consol
     assert event["data"]["id"] == job["id"]
 
 
+def test_a_batch_shows_its_progress_counts_and_files(context, acme, tmp_path):
+    """A two-line speech batch, finished by the worker: the Batches page shows it
+    completed with a full progress bar and its counts, and its output file link
+    downloads the two result lines; a second batch is cancelled from the page."""
+    lines = [json.dumps({"custom_id": f"line-{i}", "method": "POST", "url": "/v1/audio/speech",
+                         "body": {"model": "tts-1", "input": f"Line {i}."}}) for i in range(2)]
+    upload = acme[2].post("/v1/files", data={"purpose": "batch"},
+                          files={"file": ("two.jsonl", "\n".join(lines).encode())}).json()
+
+    def create() -> dict:
+        resp = acme[2].post("/v1/batches", json={"input_file_id": upload["id"],
+                                                 "endpoint": "/v1/audio/speech",
+                                                 "completion_window": "24h"})
+        assert resp.status_code == 200, resp.text
+        return resp.json()
+    done = create()
+    wait_job(acme[2], done["id"], timeout=180, until=lambda _b: acme[2].get(
+        f"/v1/batches/{done['id']}").json()["status"] == "completed")
+    page = context.new_page()
+    sign_in(page, acme[1], "/console/batches")
+    row = page.locator("tr", has=page.locator(f"a[href='/console/jobs?batch={done['id']}']"))
+    assert "completed" in row.inner_text()
+    assert row.locator("progress").evaluate("p => [p.value, p.max]") == [2, 2]
+    with page.expect_download() as download:
+        row.locator("a", has_text="output").click()
+    results = download.value.path().read_text().splitlines()
+    assert sorted(json.loads(r)["custom_id"] for r in results) == ["line-0", "line-1"]
+    blocker = busy_worker(acme[2])
+    other = create()
+    page.goto("/console/batches")
+    target = page.locator("tr", has=page.locator(
+        f"a[href='/console/jobs?batch={other['id']}']"))
+    page.once("dialog", lambda dialog: dialog.accept())
+    target.locator("button", has_text="Cancel").click()
+    assert "cancelling" in page.locator("p.notice").inner_text()
+    assert acme[2].get(f"/v1/batches/{other['id']}").json()["status"] in ("cancelling",
+                                                                           "cancelled")
+    acme[2].post(f"/v1/jobs/{blocker['id']}/cancel")
+
+
+def test_a_webhook_endpoint_shows_its_deliveries_rotates_and_sends_a_test(
+        context, acme, receiver, tmp_path):
+    """A registered endpoint's page: its recent delivery and failure rate, a secret
+    rotated from the page (shown once, and the receiver's next event verifies with it),
+    and a test event sent from the page (the receiver got it; the page says 200)."""
+    created = acme[2].post("/v1/webhook_endpoints", json={
+        "name": "receiver", "url": receiver.url("/endpoint"),
+        "event_types": ["speech.completed"]}).json()
+    job = speech(acme[2], "For the endpoint.")
+    wait_job(acme[2], job["id"], timeout=120)
+    receiver.wait_for("/endpoint", 1)
+    page = context.new_page()
+    sign_in(page, acme[1], "/console/webhooks")
+    card = page.locator(f"#{created['id']}")
+    card.locator(f"a[href^='/console/jobs/{job['id']}']").wait_for()
+    assert "0.0 % of 1 attempts" in card.inner_text()
+    page.once("dialog", lambda dialog: dialog.accept())
+    card.locator("button", has_text="Rotate secret").click()
+    secret = page.locator("code.secret").inner_text()
+    assert secret.startswith("whsec_") and secret != created["signing_secret"]
+    page.goto("/console/webhooks")
+    card.locator("select[name=event_type]").select_option("speech.completed")
+    card.locator("button", has_text="Send a test event").click()
+    assert "answered 200" in page.locator("p.notice").inner_text()
+    test_event = receiver.wait_for("/endpoint", 2)[-1]
+    assert Webhook(secret).verify(test_event.body, test_event.headers)["type"] == (
+        "speech.completed")
+
+
 def test_an_operator_sees_two_tenants(context, console_stack, acme, globex, tmp_path):
     """An operator's key (keys create --operator) lists acme's and globex's jobs, with
     their tenants named, and opens either's job page; a tenant filter narrows to one."""
@@ -236,6 +304,7 @@ def test_an_operator_sees_two_tenants(context, console_stack, acme, globex, tmp_
     assert rows.locator(f"#row-{g['id']}").count() == 1
     assert acme[0] in rows.locator(f"#row-{a['id']}").inner_text()
     assert globex[0] in rows.locator(f"#row-{g['id']}").inner_text()
+    screenshot(page, "jobs", tmp_path)
     assert page.goto(f"/console/jobs/{g['id']}").status == 200
     page.goto("/console/jobs")
     page.select_option("select[name=tenant]", label=globex[0])
