@@ -30,6 +30,14 @@ FORM_LIMIT = body_limit(lambda _settings: 16 * 1024)  # a form of a few fields
 Csrf = Form(default=None, max_length=128)
 
 
+async def actor(request: Request, csrf: str | None = Csrf,
+                who: Viewer = Depends(viewer)) -> Viewer:
+    """Who runs an action: the signed-in viewer, once the action's CSRF token (form field
+    or header) is the session's. Every POST of the console takes this."""
+    check_csrf(who.csrf, request, csrf)
+    return who
+
+
 def back(path: str, **notice: str) -> RedirectResponse:
     return RedirectResponse(f"{PATH}{path}" + (f"?{urlencode(notice)}" if notice else ""),
                             status_code=303)
@@ -38,9 +46,8 @@ def back(path: str, **notice: str) -> RedirectResponse:
 @router.post("/jobs/{job_id}/cancel")
 @FORM_LIMIT
 @signed_in
-def cancel_job(job_id: str, request: Request, csrf: str | None = Csrf,
-               svc: Services = Depends(services), who: Viewer = Depends(viewer)) -> Response:
-    check_csrf(who.csrf, request, csrf)
+def cancel_job(job_id: str, svc: Services = Depends(services),
+               who: Viewer = Depends(actor)) -> Response:
     job = get_job(svc, who.scope, job_id)
     job_routes.cancel_job(job.id, svc=svc, tenant=who.acts_as(job.tenant_id))
     return back(f"/jobs/{job.id}", notice="cancelled")
@@ -49,9 +56,8 @@ def cancel_job(job_id: str, request: Request, csrf: str | None = Csrf,
 @router.post("/jobs/{job_id}/delete")
 @FORM_LIMIT
 @signed_in
-def delete_job(job_id: str, request: Request, csrf: str | None = Csrf,
-               svc: Services = Depends(services), who: Viewer = Depends(viewer)) -> Response:
-    check_csrf(who.csrf, request, csrf)
+def delete_job(job_id: str, svc: Services = Depends(services),
+               who: Viewer = Depends(actor)) -> Response:
     job = get_job(svc, who.scope, job_id)
     job_routes.delete_job(job.id, svc=svc, tenant=who.acts_as(job.tenant_id))
     return back("/jobs", notice="deleted")
@@ -60,10 +66,8 @@ def delete_job(job_id: str, request: Request, csrf: str | None = Csrf,
 @router.post("/deliveries/{delivery_id}/replay")
 @FORM_LIMIT
 @signed_in
-def replay_delivery(delivery_id: str, request: Request, csrf: str | None = Csrf,
-                    svc: Services = Depends(services),
-                    who: Viewer = Depends(viewer)) -> Response:
-    check_csrf(who.csrf, request, csrf)
+def replay_delivery(delivery_id: str, svc: Services = Depends(services),
+                    who: Viewer = Depends(actor)) -> Response:
     record = webhook_routes.replay(svc, who.scope, delivery_id)
     return back(f"/jobs/{record.job_id}", notice="replayed")
 
@@ -71,9 +75,8 @@ def replay_delivery(delivery_id: str, request: Request, csrf: str | None = Csrf,
 @router.post("/batches/{batch_id}/cancel")
 @FORM_LIMIT
 @signed_in
-def cancel_batch(batch_id: str, request: Request, csrf: str | None = Csrf,
-                 svc: Services = Depends(services), who: Viewer = Depends(viewer)) -> Response:
-    check_csrf(who.csrf, request, csrf)
+def cancel_batch(batch_id: str, svc: Services = Depends(services),
+                 who: Viewer = Depends(actor)) -> Response:
     batch = batch_routes.get_batch(svc, who.scope, batch_id)
     batch_routes.cancel_batch(batch.id, svc=svc, tenant=who.acts_as(batch.tenant_id))
     return back("/batches", notice="batch_cancelled")
@@ -89,11 +92,10 @@ def _endpoint(svc: Services, who: Viewer, endpoint_id: str):
 @router.post("/webhooks/{endpoint_id}/rotate")
 @FORM_LIMIT
 @signed_in
-def rotate_secret(endpoint_id: str, request: Request, csrf: str | None = Csrf,
-                  keep: bool = Form(default=False), svc: Services = Depends(services),
-                  who: Viewer = Depends(viewer)) -> Response:
+def rotate_secret(endpoint_id: str, keep: bool = Form(default=False),
+                  svc: Services = Depends(services),
+                  who: Viewer = Depends(actor)) -> Response:
     """The new secret is shown once, on the answer to this POST (never in a URL)."""
-    check_csrf(who.csrf, request, csrf)
     record = _endpoint(svc, who, endpoint_id)
     rotated = webhook_routes.rotate_secret(
         record.id, WebhookRotateSecret(keep_old_secret_active_for_24_hours=keep), svc=svc,
@@ -104,10 +106,9 @@ def rotate_secret(endpoint_id: str, request: Request, csrf: str | None = Csrf,
 @router.post("/webhooks/{endpoint_id}/test")
 @FORM_LIMIT
 @signed_in
-def test_endpoint(endpoint_id: str, request: Request, csrf: str | None = Csrf,
-                  event_type: str = Form(max_length=64), svc: Services = Depends(services),
-                  who: Viewer = Depends(viewer)) -> Response:
-    check_csrf(who.csrf, request, csrf)
+def test_endpoint(endpoint_id: str, event_type: str = Form(max_length=64),
+                  svc: Services = Depends(services),
+                  who: Viewer = Depends(actor)) -> Response:
     record = _endpoint(svc, who, endpoint_id)
     try:
         result = webhook_routes.test_endpoint(record.id, WebhookTest(event_type=event_type),

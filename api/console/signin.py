@@ -12,7 +12,7 @@ from core.errors import CsrfRefused
 
 from ..deps import Services, services
 from ..guard import body_limit, public
-from .actions import FORM_LIMIT, Csrf
+from .actions import FORM_LIMIT, Csrf, actor
 from .pages import signed_in
 from .render import ConsoleRoute, page
 from .session import (
@@ -20,13 +20,11 @@ from .session import (
     SIGN_IN_COOKIE,
     SIGN_IN_PATH,
     Viewer,
-    check_csrf,
     clear_session,
     new_sign_in_token,
     safe_next,
     set_session,
     set_sign_in_token,
-    viewer,
 )
 
 router = APIRouter(route_class=ConsoleRoute, include_in_schema=False)
@@ -71,10 +69,8 @@ def sign_in(request: Request, key: str = Form(max_length=200), csrf: str | None 
 @router.post(PATH + "/sign-out")
 @FORM_LIMIT
 @signed_in
-async def sign_out(request: Request, csrf: str | None = Csrf,
-                   svc: Services = Depends(services),
-                   who: Viewer = Depends(viewer)) -> Response:
-    check_csrf(who.csrf, request, csrf)
+async def sign_out(svc: Services = Depends(services),
+                   who: Viewer = Depends(actor)) -> Response:
     await run_in_threadpool(svc.console_sessions.close, who.token)
     response = RedirectResponse(SIGN_IN_PATH, status_code=303)
     clear_session(response)

@@ -12,6 +12,7 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import select, update
 
+from api.console.actions import actor
 from api.console.render import ConsoleRoute
 from api.guard import GuardedRoute, policy_of
 from core.jobs import JobStatus
@@ -215,8 +216,16 @@ def test_every_console_route_is_guarded_by_the_session(api):
             public.add(route.path)
         else:
             assert policy.authenticate is not None, f"{route.path} takes no session"
+        if "POST" in route.methods and route.path != "/console/sign-in":
+            assert actor in set(_calls(route.dependant)), f"{route.path} skips the CSRF check"
     assert public == {"/console/sign-in", "/console/static/{name}", "/docs",
                       "/docs/assets/{name}"}
+
+
+def _calls(dependant):
+    yield dependant.call
+    for sub in dependant.dependencies:
+        yield from _calls(sub)
 
 
 def _made(api: Api, key: str) -> dict[str, str]:
