@@ -30,8 +30,10 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import importlib.metadata
 import io
 import math
+import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -43,6 +45,7 @@ from typing import Any
 import av
 import numpy as np
 
+from pipelines.omni_bridge import check_engine_stack
 from tests import omni_source as src
 
 OmniClientError = src.errors_module().OmniClientError
@@ -61,8 +64,9 @@ def topology(deploy_config: str) -> list[tuple[str, str, dict]]:
     deploy: the yaml's ``default_sampling_params`` under the stage's constraints."""
     yml = src.deploy(deploy_config)
     stages = _TOPOLOGIES[yml["pipeline"]]
-    return [(name, kind, {**stage.get("default_sampling_params", {}), **constraints})
-            for (name, kind, constraints), stage in zip(stages, yml["stages"], strict=True)]
+    return [(st.model_stage, st.execution_type,
+             {**stage.get("default_sampling_params", {}), **st.constraints})
+            for st, stage in zip(stages, yml["stages"], strict=True)]
 
 
 def stage0_yaml(deploy_config: str) -> dict:
@@ -104,6 +108,78 @@ TTA_CAP_S = src.constants(_AUDEX + "audex_xcodec.py")["_DEFAULT_MAX_TTA_FRAMES"]
 _STREAM = src.deploy("audex_tts.yaml")["connectors"]["connector_of_shared_memory"]["extra"]
 CHUNK_FRAMES, FIRST_CHUNK_FRAMES = (_STREAM["codec_chunk_frames"],
                                     _STREAM["initial_codec_chunk_frames"])
+
+
+# ---- what the real engine refuses at construction -------------------------------------
+
+# The structured owners of engine arguments (config/omni_config.py:106-297, 790-): every
+# stage owns the common ones, LLM stages the pooling ones, diffusion stages the
+# diffusion projection's. The real config raises ValueError for a stage field that no
+# stage of the pipeline owns (:420-440, :1299-1327); the fake refuses every name without
+# an owner (the real one leaves a name it has never heard of unused, which is no better).
+_CFG = "config/omni_config.py"
+_COMMON_OWNED = frozenset({"compilation_config", "profiler_config"}).union(
+    *(src.annotations(_CFG, f"_{c}EngineOverrides") for c in (
+        "Quantization", "Model", "Load", "Cache", "Scheduler", "Runtime", "ParallelConfig",
+        "Parallel", "Connector")))
+OWNED = {"LLM_AR": _COMMON_OWNED | src.annotations(_CFG, "_PoolingEngineOverrides"),
+         "DIFFUSION": _COMMON_OWNED | src.annotations(_CFG, "_DiffusionConfigProjection")}
+OWNED["LLM_GENERATION"] = OWNED["LLM_AR"]
+# The entrypoint's own keywords (entrypoints/omni_base.py:181-206,
+# engine/omni_engine_base.py:130-196), and the fake's own die_marker.
+ENTRYPOINT_KWARGS = frozenset({
+    "stage_init_timeout", "init_timeout", "log_stats", "enable_ar_profiler", "async_chunk",
+    "output_modalities", "tts_batch_max_items", "tokenizer", "trust_remote_code",
+    "enable_orch_monitor", "omni_master_address", "omni_master_port", "omni_dp_size_local",
+    "omni_lb_policy", "omni_heartbeat_timeout", "parallel_stage_init", "die_marker"})
+REMOVED_KWARGS = {"diffusion_batch_size": "max_num_seqs",  # omni_base.py:192-196
+                  "log_requests": "log_stats"}
+FAKE_VLLM_VERSION = "0.30.0"  # the vllm the fake stands in for: vllm-omni 0.30.0's line
+
+
+def check_engine_kwargs(pipeline: str, stages: list[src.Stage], kwargs: dict) -> None:
+    for old, new in REMOVED_KWARGS.items():
+        if old in kwargs:
+            raise TypeError(f"`{old}` has been removed in Omni/AsyncOmni. Use `{new}`.")
+    owned = set().union(*(OWNED[st.execution_type] for st in stages))
+    unowned = []
+    for key in set(kwargs) - ENTRYPOINT_KWARGS:
+        scoped = re.fullmatch(r"stage_(\d+)_(\w+)", key)
+        if scoped:  # stage-scoped: that stage must exist and own the field
+            index, name = int(scoped.group(1)), scoped.group(2)
+            if index >= len(stages) or name not in OWNED[stages[index].execution_type]:
+                unowned.append(key)
+        elif key not in owned:
+            unowned.append(key)
+    if unowned:
+        raise ValueError(f"Pipeline {pipeline!r} has explicit engine argument(s) with no "
+                         f"structured config owner: {', '.join(sorted(unowned))}")
+
+
+def check_model_path(model: str, stages: list[src.Stage]) -> None:
+    """Each stage's folder is joined onto ``model`` (engine/stage_init_utils.py:234-303):
+    a local folder must hold every one (:259-269); a path that is not a folder is taken
+    for a hub id, and a ``checkpoint_folder_*`` path is no repository
+    (model_executor/models/audex/checkpoint.py:92-124)."""
+    subdirs = [d for st in stages for d in st.subdirs]
+    if not subdirs:
+        return
+    if Path(model).is_dir():
+        missing = sorted({d for d in subdirs if not (Path(model) / d).is_dir()})
+        if missing:
+            raise RuntimeError(f"[stage_init] Model directory {model!r} has no {missing} "
+                               "subfolder; the stage cannot be initialized from it.")
+    elif Path(model).name.startswith("checkpoint_folder"):
+        raise RuntimeError(f"Could not resolve the Audex repo {model!r} (profile 'tts'): the "
+                           "download failed and no cached snapshot with the required "
+                           "folders was found.")
+
+
+def fake_stack() -> dict[str, str | None]:
+    """The engine stack the fake pretends to be: the installed vllm-omni (whose source
+    it reads) beside the vllm it stands in for (``FAKE_OMNI_VLLM_VERSION`` overrides)."""
+    return {"vllm": os.environ.get("FAKE_OMNI_VLLM_VERSION", FAKE_VLLM_VERSION),
+            "vllm-omni": importlib.metadata.version("vllm-omni")}
 
 
 class FakeEngineDeadError(RuntimeError):
@@ -190,8 +266,12 @@ def codec_chunks(full: np.ndarray) -> list[np.ndarray]:
 
 class FakeOmni:
     def __init__(self, model: str, deploy_config: str | None = None, **kwargs: Any) -> None:
+        check_engine_stack(fake_stack())  # as the production factory does, first
         self.model = model
         self.deploy_config = deploy_config or "audex_tts.yaml"
+        pipeline = src.deploy(self.deploy_config)["pipeline"]
+        check_engine_kwargs(pipeline, _TOPOLOGIES[pipeline], kwargs)
+        check_model_path(model, _TOPOLOGIES[pipeline])
         stages = topology(self.deploy_config)
         self.stages = tuple(name for name, _, _ in stages)
         self.max_model_len = stage0_yaml(self.deploy_config).get("max_model_len")
