@@ -16,11 +16,13 @@ Behaviour per engine:
   DELTA outputs carry only new samples (several unconsolidated chunks in a list,
   the finished one a tensor), CUMULATIVE outputs a consolidated snapshot per step,
   FINAL_ONLY one finished output. TTA is one full-payload output capped at 10 s.
-- MiniMax-H3: frames (B outputs, seed + index each) with (B, 2, N) 32 kHz audio as
-  long as the aligned clip, or pre-encoded MP4s written like vLLM-Omni's
+- MiniMax-H3: frames (B outputs, seed + index each) with (B, 2, N) 32 kHz audio on
+  H3's own 40 Hz latent grid plus a decoder edge of up to one latent (so not exactly the
+  clip's length, as a real decoder's is not), or pre-encoded MP4s written like vLLM-Omni's
   ``mux_av_video_audio_bytes`` (index at the end, no faststart) with ``audio: [None]``.
 
-Prompt markers choose failure behaviour: ``[silent]``, ``[slow]``, ``[die]`` (once per
+Prompt markers choose failure behaviour: ``[silent]``, ``[slow]`` (for H3: 6 ms per
+frame of every clip before its one answer), ``[die]`` (once per
 ``die_marker`` file), ``[model_outputs]``, ``[hang]``, ``[engine-abort]``,
 ``[guardrail]`` (a GuardrailViolationError, i.e. an OmniClientError) and ``[drawl]`` (a
 speaker four times slower than usual).
@@ -97,6 +99,12 @@ h3_shape = src.function(_H3 + "encoder_processing.py", "resolve_minimax_h3_shape
 H3_FPS = _H3_CONST["MINIMAX_H3_FPS"]
 H3_RATE = _H3_CONST["MINIMAX_H3_AUDIO_SAMPLE_RATE"]
 H3_AUDIO_LATENT_HZ = 40  # time_request.py:34-36 rounds audio at the 40 Hz latent boundary
+# The audio VAE decoder is the checkpoint's own code (vae.py:1071-1072) and its waveform
+# is handed back untrimmed (pipeline_minimax_h3.py:2095-2097, :352-396), so a real track
+# is not exactly its latent count x 800 samples: the fake's runs up to one latent either
+# way (per request seed), on top of the latent grid's own rounding against the video.
+H3_DECODER_EDGE = H3_RATE // H3_AUDIO_LATENT_HZ
+H3_SLOW_S_PER_FRAME = 0.006  # "[slow]": render time per frame of every clip
 H3_DEFAULT_SEED = 42  # pipeline_minimax_h3.py:2595 (and minimax_h3_disaggregated.yaml:45)
 
 _AUDEX = "model_executor/models/audex/"
@@ -304,7 +312,7 @@ class FakeOmni:
             self.errored = True
             raise FakeEngineDeadError("EngineCore died")
         if self.stages[0] == "encoder":
-            yield self._video(params, prompt)
+            yield await self._video(params, prompt)
             return
         async for out in self._audio(text, params, request_id):
             self.emitted_samples += audio_samples(out.multimodal_output)
@@ -369,7 +377,7 @@ class FakeOmni:
 
     # ---- MiniMax-H3 --------------------------------------------------------------------
 
-    def _video(self, params: list, prompt: dict) -> SimpleNamespace:
+    async def _video(self, params: list, prompt: dict) -> SimpleNamespace:
         """pipeline_minimax_h3.py:2621-2691 (forward) and :352-396 (_minimax_h3_post_process)."""
         diffusion = [p for p in params if isinstance(p, DiffusionParams)]
         if len(diffusion) != 1:  # stage_input_processors/minimax_h3.py:22-33
@@ -382,8 +390,11 @@ class FakeOmni:
         seed = gp.seed if gp.seed is not None else H3_DEFAULT_SEED
         seeds = [seed + i for i in range(int(gp.num_outputs_per_prompt))]
         samples = audio_t * H3_RATE // H3_AUDIO_LATENT_HZ
+        if "[slow]" in prompt["prompt"]:  # one answer, after every clip is rendered
+            await asyncio.sleep(H3_SLOW_S_PER_FRAME * frames * len(seeds))
         meta = {"audio": {"sample_rate": H3_RATE}, "video": {"fps": H3_FPS}}
         clips = [self._frames(frames, height, width, s) for s in seeds]
+        samples += decoder_edge(seed)  # one (B, 2, N) batch: the same length for every clip
         tracks = [self._audio_track(samples, s) for s in seeds]
         if gp.extra_args.get("preencode_mp4"):
             encoded = [mux_like_vllm_omni(c, t) for c, t in zip(clips, tracks, strict=True)]
@@ -405,6 +416,12 @@ class FakeOmni:
         pitch = 220 + seed % 200
         return tensor(np.stack([0.3 * np.sin(2 * np.pi * pitch * t),
                                 0.3 * np.sin(2 * np.pi * 1.5 * pitch * t)]))
+
+
+def decoder_edge(seed: int) -> int:
+    """Samples the fake H3 audio decoder adds (or drops) for a request's seed: within one
+    latent."""
+    return seed * 7919 % (2 * H3_DECODER_EDGE + 1) - H3_DECODER_EDGE
 
 
 def mux_like_vllm_omni(frames: np.ndarray, audio: np.ndarray) -> bytes:
