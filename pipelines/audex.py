@@ -37,7 +37,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
-from core.errors import ConfigurationError, OutputInvalid
+from core.errors import ConfigurationError, EngineRejected, OutputInvalid
 from core.jobs import JobKind
 from media.validate import AudioBounds
 
@@ -203,9 +203,16 @@ class AudexPipeline(Pipeline):
         return self._prompts.build_cond_prompt(text)
 
     def null_prompt(self, cond: str) -> str:
-        if self.mode == "tta":
-            return self._prompts.build_tta_null_prompt(cond, self._tokenizer)
-        return self._prompts.build_null_prompt(cond, self._tokenizer)
+        """The guidance pair's unconditional prompt, as long as ``cond`` in tokens. The
+        builder raises ValueError when no ``<unk>`` count matches (prompt.py:56-67): the
+        request cannot be guided, which is the request's problem, not the service's."""
+        build = (self._prompts.build_tta_null_prompt if self.mode == "tta"
+                 else self._prompts.build_null_prompt)
+        try:
+            return build(cond, self._tokenizer)
+        except ValueError as exc:
+            raise EngineRejected(f"cfg_scale cannot be applied to this input ({exc}); send it "
+                                 "without cfg_scale", code="cfg_unavailable") from exc
 
     def token_budget(self, cond: str, text: str, default: int | None) -> int:
         """Codec frames the thinker may emit for ``text``: what a slow speaker needs (at

@@ -274,6 +274,33 @@ def test_speech_cut_at_the_token_limit_fails_the_job(audex_rt, app, tenant):  # 
     assert failed.attempts == 1
 
 
+class PairedUnkTokenizer(FakeTokenizer):
+    """A tokenizer on which ``<unk>`` is two tokens: a text whose prompt is an odd number
+    of tokens longer than the null template has no length-matched null prompt."""
+
+    def encode(self, text: str) -> list[int]:
+        return [t for t in super().encode(text) for _ in range(2 if t == self.unk else 1)]
+
+    @property
+    def unk(self) -> int:
+        return super().encode("<unk>")[0]
+
+
+def test_guidance_without_a_length_matched_null_prompt_is_refused_with_a_reason(
+        audex_rt, app, tenant):  # noqa: F811
+    """vLLM-Omni's builder raises when no ``<unk>`` count matches the prompt's length
+    (model_executor/models/audex/prompt.py:56-67): the job fails, not retried, saying why
+    and what to send instead, never as internal_error."""
+    pipeline = audex_rt.pipeline("audex-tts")
+    pipeline._tokenizer = PairedUnkTokenizer()
+    job = submit(audex_rt, tenant, "audex-tts", input="One two three", cfg_scale=2.0)
+    assert outcome(run_job(audex_rt, app, job.id)) == "failed"
+    failed = audex_rt.jobs.get(job.id)
+    assert (failed.error_code, failed.attempts) == ("cfg_unavailable", 1)
+    assert "without cfg_scale" in failed.error_message
+    assert "length-match" in failed.error_message  # the builder's own words
+
+
 @pytest.mark.parametrize("name", ["audex-tts", "audex-tts-30b"])
 def test_text_longer_than_the_context_allows_is_a_400(name):
     spec = get_spec(name)
