@@ -120,7 +120,7 @@ CHUNK_FRAMES, FIRST_CHUNK_FRAMES = (_STREAM["codec_chunk_frames"],
 
 # ---- what the real engine refuses at construction -------------------------------------
 
-# The structured owners of engine arguments (config/omni_config.py:106-297, 790-): every
+# The structured owners of engine arguments (config/omni_config.py:106-278, 790-): every
 # stage owns the common ones, LLM stages the pooling ones, diffusion stages the
 # diffusion projection's. The real config raises ValueError for a stage field that no
 # stage of the pipeline owns (:420-440, :1299-1327); the fake refuses every name without
