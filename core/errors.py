@@ -208,8 +208,10 @@ class PipelineFailed(JobFailure):
 
 class EngineRejected(JobFailure):
     """The inference engine refused the request itself (vLLM-Omni's ``OmniClientError``,
-    a 4xx-class problem such as a guardrail or an unsupported shape). Not retryable: the
-    same request is refused again. The message carries the engine's own words, clipped."""
+    a 4xx-class problem such as a guardrail or an unsupported shape), or vLLM-Omni's own
+    request builder could not make it (``cfg_unavailable``: no guidance null prompt
+    matches the input's length). Not retryable: the same request is refused again. The
+    message carries the engine's own words, clipped."""
 
     code = "engine_rejected"
 
