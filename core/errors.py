@@ -11,14 +11,17 @@ from __future__ import annotations
 
 from typing import Any
 
+from .text import printable
+
 ECHO_LIMIT = 32
 MESSAGE_LIMIT = 500
 
 
 def clip(value: Any, limit: int = ECHO_LIMIT) -> str:
-    """Cut an echoed value so error messages never carry a caller's payload back."""
+    """Cut an echoed value so error messages never carry a caller's payload back (and
+    escape what UTF-8 cannot encode, so the message can always be sent)."""
     text = value if isinstance(value, str) else repr(value)
-    return text if len(text) <= limit else text[:limit] + "..."
+    return printable(text if len(text) <= limit else text[:limit] + "...")
 
 
 class OmniJobsError(Exception):

@@ -14,13 +14,14 @@ from starlette.exceptions import HTTPException
 
 from core.errors import FileTooLarge, InvalidRequest, NotFound, clip
 from core.settings import Settings
+from core.text import refused_character
 from storage.batch_views import FilePublic, file_view
 from storage.records import FileRecord, NewFile
 from storage.repositories.files import file_key, new_file_id
 
 from ..deps import Services, services, tenant_id
 from ..guard import GuardedRoute, body_limit
-from ..schemas import ListPage, page_of
+from ..schemas import Line, ListPage, page_of
 
 router = APIRouter(prefix="/v1/files", route_class=GuardedRoute)
 
@@ -59,6 +60,9 @@ async def read_upload(request: Request, svc: Services) -> tuple[UploadFile, str]
                              f"'{clip(purpose)}')", param="purpose")
     if (upload.size or 0) > svc.settings.batch_max_file_bytes:
         raise FileTooLarge(f"file is larger than {svc.settings.batch_max_file_bytes} bytes")
+    reason = refused_character(upload.filename or "")
+    if reason is not None:
+        raise InvalidRequest(f"the file's name {reason}", param="file")
     return upload, purpose
 
 
@@ -100,7 +104,7 @@ def get_file(svc: Services, tenant: str, file_id: str) -> FileRecord:
 def list_files(after: str | None = Query(default=None, max_length=64),
                limit: int = Query(default=20, ge=1, le=10_000),
                order: Literal["asc", "desc"] = Query(default="desc"),
-               purpose: str | None = Query(default=None, max_length=32),
+               purpose: Line | None = Query(default=None, max_length=32),
                svc: Services = Depends(services), tenant: str = Depends(tenant_id)) -> dict:
     records, has_more = svc.files.list(tenant, after=after, limit=limit, order=order,
                                        purpose=purpose)
