@@ -163,6 +163,9 @@ class Settings(BaseSettings):
         "answers 413 above it)")
     batch_max_lines: int = Field(50_000, ge=1, le=1_000_000,
                                  description="Most requests in one batch")
+    batch_max_line_bytes: int = Field(
+        1 << 20, ge=1024, description="Longest line of a batch input file (1 MB, the API's "
+        "own body limit); a longer line is an invalid line, never read whole")
     batch_max_active: int = Field(
         10, ge=1, description="Unfinished batches a tenant may have at once: the bulk quota, "
         "apart from OMNIJOBS_TENANT_MAX_ACTIVE and OMNIJOBS_PIPELINE_MAX_QUEUED, which count "

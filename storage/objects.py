@@ -235,7 +235,18 @@ class S3Store:
 
     def stream(self, key: str) -> Iterator[bytes]:
         body = self._call("get", self._client.get_object, Key=key)["Body"]
-        return body.iter_chunks(CHUNK)
+        return self._chunks(body)
+
+    @staticmethod
+    def _chunks(body) -> Iterator[bytes]:
+        """The body's blocks; a connection lost mid-read is an outage (retryable), as a
+        failed request is, not a bug."""
+        from botocore.exceptions import BotoCoreError
+
+        try:
+            yield from body.iter_chunks(CHUNK)
+        except BotoCoreError as exc:
+            raise StorageFailed(f"object store read failed: {type(exc).__name__}") from exc
 
     def delete(self, keys: list[str]) -> None:
         for start in range(0, len(keys), 1000):  # the API's limit per request
