@@ -102,6 +102,15 @@ class SignatureInvalid(OmniJobsError):
     code = "signature_invalid"
 
 
+class RangeNotSatisfiable(OmniJobsError):
+    """A download's ``Range`` lies past the end of the object (sent with ``Content-Range:
+    bytes */<size>``)."""
+
+    http_status = 416
+    error_type = "invalid_request_error"
+    code = "range_not_satisfiable"
+
+
 class ServiceUnavailable(OmniJobsError):
     """A dependency (database, broker, object store) is unreachable right now."""
 

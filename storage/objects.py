@@ -94,11 +94,20 @@ class LocalStore:
             raise NotFound("object not found")
         return path
 
-    def stream(self, key: str) -> Iterator[bytes]:
+    def open(self, key: str) -> BinaryIO:
+        """The stored file, opened now: a delete that lands later (a DELETE, retention)
+        cannot cut short a download that already holds it."""
         path = self.file(key)
+        try:
+            return path.open("rb")
+        except FileNotFoundError as exc:
+            raise NotFound("object not found") from exc
+
+    def stream(self, key: str) -> Iterator[bytes]:
+        source = self.open(key)  # here, not when the first block is asked for
 
         def chunks() -> Iterator[bytes]:
-            with path.open("rb") as f:
+            with source as f:
                 while block := f.read(CHUNK):
                     yield block
         return chunks()
