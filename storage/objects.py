@@ -31,9 +31,12 @@ OBJECTS_PATH = "/v1/objects"  # where the API serves the local store's signed UR
 SIGNATURE = re.compile(r"[0-9a-f]{64}")  # hex HMAC-SHA256, as _sign writes it
 
 
-def object_key(tenant_id: str, job_id: str, index: int, extension: str) -> str:
-    """Deterministic per (job, output index): a retry overwrites instead of duplicating."""
-    return f"{tenant_id}/{job_id}/{index}.{extension}"
+def object_key(tenant_id: str, job_id: str, attempt: int, index: int, extension: str) -> str:
+    """Deterministic per (job, attempt, output index): a retry of the same attempt
+    overwrites its own object, and a stale attempt (its lease reaped) can never overwrite
+    the newer attempt's bytes. Keys written before the attempt was named
+    (``<tenant>/<job>/<index>.<ext>``) stay where their rows say."""
+    return f"{tenant_id}/{job_id}/a{attempt}/{index}.{extension}"
 
 
 class ObjectStore(Protocol):

@@ -186,6 +186,16 @@ class FileRecord:
 
 
 @dataclass(frozen=True)
+class JobObjects:
+    """What the orphan sweep may keep under one job's prefix: a finished job's ``keys``;
+    while it is queued or running (``keys`` None) anything an attempt from
+    ``first_live_attempt`` on wrote, since earlier attempts are over (their lease reaped)."""
+
+    keys: frozenset[str] | None
+    first_live_attempt: int = 0
+
+
+@dataclass(frozen=True)
 class NewFile:
     """A file whose bytes are already in the object store under ``key``."""
 
