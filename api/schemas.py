@@ -36,6 +36,16 @@ def check_metadata(value: dict[str, str] | None) -> dict[str, str] | None:
     return value
 
 
+class ExpiresAfter(BaseModel):
+    """OpenAI's expiration policy of a file: ``seconds`` after its creation, 1 hour to 30
+    days."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    anchor: Literal["created_at"]
+    seconds: int = Field(ge=3600, le=30 * 86400)
+
+
 def events_from_form(value):
     """Multipart forms carry a list as a JSON string or comma-separated names."""
     if isinstance(value, str):

@@ -178,6 +178,23 @@ class FileTooLarge(OmniJobsError):
     code = "file_too_large"
 
 
+class StorageQuotaExceeded(OmniJobsError):
+    """An upload would take the tenant's files past ``OMNIJOBS_TENANT_STORAGE_BYTES``.
+    Nothing is stored. A 413, not a 429: waiting does not help, deleting files does."""
+
+    http_status = 413
+    error_type = "invalid_request_error"
+    code = "storage_quota_exceeded"
+
+
+class FileExpired(OmniJobsError):
+    """The file is past its ``expires_at``: its bytes are deleted, its record stays."""
+
+    http_status = 410
+    error_type = "invalid_request_error"
+    code = "file_expired"
+
+
 class BatchQuotaExceeded(OmniJobsError):
     """The tenant already has as many unfinished batches, or queued batch requests, as its
     bulk quota allows (separate from the interactive quotas). Nothing was stored."""

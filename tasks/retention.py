@@ -3,6 +3,8 @@
 - Outputs expire ``OMNIJOBS_OUTPUT_TTL_S`` after completion: their objects are deleted,
   the job keeps its record (its outputs shown as expired).
 - Finished jobs are deleted ``OMNIJOBS_JOB_TTL_S`` after they ended, objects first.
+- Files (batch inputs and results) expire at their ``expires_at``: their objects are
+  deleted, the record stays (``expired``).
 - Orphans: an object under ``<tenant>/<job>/`` whose job no longer exists, or which
   its (finished) job does not list, is deleted, whatever the order in which a delete, a
   cancel and a worker's last upload happened; so is one that a superseded attempt wrote
@@ -68,8 +70,22 @@ def expire_jobs(rt: WorkerRuntime) -> int:
                        forget)
 
 
+def expire_files(rt: WorkerRuntime) -> int:
+    """Delete the bytes of files past their expiry (object first, then the mark, so a
+    crash in between only repeats the delete)."""
+    done = 0
+    for _ in range(MAX_BATCHES):
+        files = rt.files.to_expire(limit=BATCH)
+        for record in files:
+            rt.store.delete([record.key])
+            done += rt.files.mark_expired(record.id)
+        if len(files) < BATCH:
+            break
+    return done
+
+
 def apply_retention(rt: WorkerRuntime, _app: Celery) -> int:
-    return expire_outputs(rt) + expire_jobs(rt)
+    return expire_outputs(rt) + expire_jobs(rt) + expire_files(rt)
 
 
 def _job_keys(keys: Iterable[str]) -> Iterator[tuple[str, int | None, str]]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import tracemalloc
 import uuid
+from datetime import timedelta
 
 import pytest
 
@@ -20,6 +21,7 @@ from storage.repositories import KeyRepository
 from storage.repositories.files import file_key, new_file_id
 from tasks.app import make_celery
 from tasks.batch_validate import split_lines, validate_batch
+from tasks.batches import finalize_batch
 from tasks.runtime import WorkerRuntime
 
 GOOD = json.dumps({"custom_id": "a", "method": "POST", "url": "/v1/audio/speech",
@@ -113,3 +115,23 @@ def test_lines_split_across_blocks_are_whole():
     for size in (1, 2, 3, 7, 64):
         blocks = [data[i:i + size] for i in range(0, len(data), size)]
         assert list(split_lines(blocks, max_line_bytes=100)) == data.split(b"\n")
+
+
+@pytest.mark.parametrize("policy_s", [7200, None])
+def test_result_files_follow_the_batchs_output_expiry(rt, sqlite_url, policy_s):
+    tenant = KeyRepository(make_sessionmaker(make_engine(sqlite_url))).create_key(
+        "o-" + uuid.uuid4().hex[:8])[0]
+    file_id = new_file_id()
+    rt.store.put(file_key(tenant, file_id), GOOD + b"\n", "application/jsonl")
+    rt.files.create(NewFile(id=file_id, tenant_id=tenant, purpose="batch", filename="in.jsonl",
+                            bytes=len(GOOD) + 1, key=file_key(tenant, file_id)))
+    batch = rt.batches.create(tenant, endpoint="/v1/audio/speech", input_file_id=file_id,
+                              completion_window="24h", metadata=None, max_active=10,
+                              output_expires_after_s=policy_s)
+    assert validate_batch(rt, make_celery(rt.settings), batch.id) == 1
+    assert rt.batches.cancel(batch.id, tenant).status is BatchStatus.CANCELLING
+    assert finalize_batch(rt, batch.id, BatchStatus.CANCELLING) == 1
+    ended = rt.batches.get(batch.id)
+    errors = rt.files.get(ended.error_file_id)
+    assert errors.expires_at - errors.created_at == timedelta(
+        seconds=policy_s or rt.settings.file_ttl_s)
