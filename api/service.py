@@ -13,6 +13,7 @@ from fastapi import Query
 
 from core.errors import Conflict, InvalidRequest, NotFound, TooManyRequests, clip
 from core.jobs import JobKind, is_job_id
+from core.text import refused_character
 from pipelines import PipelineSpec
 from storage.records import JobRecord, JobWebhookRequest, NewJob
 from storage.views import JobPublic, job_view
@@ -29,9 +30,10 @@ def submit(svc: Services, *, tenant: str, spec: PipelineSpec, model: str, reques
            metadata: dict | None, idempotency_key: str | None,
            webhook: JobWebhookRequest | None = None) -> JobRecord:
     """Admit, insert the job with its outbox message, then try to publish right away."""
-    if idempotency_key is not None and not 1 <= len(idempotency_key) <= 255:
-        raise InvalidRequest("Idempotency-Key must be 1 to 255 characters",
-                             param="Idempotency-Key")
+    if idempotency_key is not None and (not 1 <= len(idempotency_key) <= 255
+                                        or refused_character(idempotency_key)):
+        raise InvalidRequest("Idempotency-Key must be 1 to 255 characters, none of them a "
+                             "control character", param="Idempotency-Key")
     throttle(svc, tenant)
     new = NewJob(tenant_id=tenant, kind=spec.kind, model=model, pipeline=spec.name,
                  queue=spec.queue, request=request, metadata=metadata,

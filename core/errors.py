@@ -11,14 +11,17 @@ from __future__ import annotations
 
 from typing import Any
 
+from .text import printable
+
 ECHO_LIMIT = 32
 MESSAGE_LIMIT = 500
 
 
 def clip(value: Any, limit: int = ECHO_LIMIT) -> str:
-    """Cut an echoed value so error messages never carry a caller's payload back."""
+    """Cut an echoed value so error messages never carry a caller's payload back (and
+    escape what UTF-8 cannot encode, so the message can always be sent)."""
     text = value if isinstance(value, str) else repr(value)
-    return text if len(text) <= limit else text[:limit] + "..."
+    return printable(text if len(text) <= limit else text[:limit] + "...")
 
 
 class OmniJobsError(Exception):
@@ -99,6 +102,15 @@ class SignatureInvalid(OmniJobsError):
     code = "signature_invalid"
 
 
+class RangeNotSatisfiable(OmniJobsError):
+    """A download's ``Range`` lies past the end of the object (sent with ``Content-Range:
+    bytes */<size>``)."""
+
+    http_status = 416
+    error_type = "invalid_request_error"
+    code = "range_not_satisfiable"
+
+
 class ServiceUnavailable(OmniJobsError):
     """A dependency (database, broker, object store) is unreachable right now."""
 
@@ -164,6 +176,23 @@ class FileTooLarge(OmniJobsError):
     http_status = 413
     error_type = "invalid_request_error"
     code = "file_too_large"
+
+
+class StorageQuotaExceeded(OmniJobsError):
+    """An upload would take the tenant's files past ``OMNIJOBS_TENANT_STORAGE_BYTES``.
+    Nothing is stored. A 413, not a 429: waiting does not help, deleting files does."""
+
+    http_status = 413
+    error_type = "invalid_request_error"
+    code = "storage_quota_exceeded"
+
+
+class FileExpired(OmniJobsError):
+    """The file is past its ``expires_at``: its bytes are deleted, its record stays."""
+
+    http_status = 410
+    error_type = "invalid_request_error"
+    code = "file_expired"
 
 
 class BatchQuotaExceeded(OmniJobsError):

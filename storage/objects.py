@@ -31,9 +31,12 @@ OBJECTS_PATH = "/v1/objects"  # where the API serves the local store's signed UR
 SIGNATURE = re.compile(r"[0-9a-f]{64}")  # hex HMAC-SHA256, as _sign writes it
 
 
-def object_key(tenant_id: str, job_id: str, index: int, extension: str) -> str:
-    """Deterministic per (job, output index): a retry overwrites instead of duplicating."""
-    return f"{tenant_id}/{job_id}/{index}.{extension}"
+def object_key(tenant_id: str, job_id: str, attempt: int, index: int, extension: str) -> str:
+    """Deterministic per (job, attempt, output index): a retry of the same attempt
+    overwrites its own object, and a stale attempt (its lease reaped) can never overwrite
+    the newer attempt's bytes. Keys written before the attempt was named
+    (``<tenant>/<job>/<index>.<ext>``) stay where their rows say."""
+    return f"{tenant_id}/{job_id}/a{attempt}/{index}.{extension}"
 
 
 class ObjectStore(Protocol):
@@ -94,11 +97,20 @@ class LocalStore:
             raise NotFound("object not found")
         return path
 
-    def stream(self, key: str) -> Iterator[bytes]:
+    def open(self, key: str) -> BinaryIO:
+        """The stored file, opened now: a delete that lands later (a DELETE, retention)
+        cannot cut short a download that already holds it."""
         path = self.file(key)
+        try:
+            return path.open("rb")
+        except FileNotFoundError as exc:
+            raise NotFound("object not found") from exc
+
+    def stream(self, key: str) -> Iterator[bytes]:
+        source = self.open(key)  # here, not when the first block is asked for
 
         def chunks() -> Iterator[bytes]:
-            with path.open("rb") as f:
+            with source as f:
                 while block := f.read(CHUNK):
                     yield block
         return chunks()
@@ -235,7 +247,18 @@ class S3Store:
 
     def stream(self, key: str) -> Iterator[bytes]:
         body = self._call("get", self._client.get_object, Key=key)["Body"]
-        return body.iter_chunks(CHUNK)
+        return self._chunks(body)
+
+    @staticmethod
+    def _chunks(body) -> Iterator[bytes]:
+        """The body's blocks; a connection lost mid-read is an outage (retryable), as a
+        failed request is, not a bug."""
+        from botocore.exceptions import BotoCoreError
+
+        try:
+            yield from body.iter_chunks(CHUNK)
+        except BotoCoreError as exc:
+            raise StorageFailed(f"object store read failed: {type(exc).__name__}") from exc
 
     def delete(self, keys: list[str]) -> None:
         for start in range(0, len(keys), 1000):  # the API's limit per request

@@ -28,7 +28,9 @@ Guard = Callable[[], None]  # raises JobCancelled when the job is no longer ours
 
 
 def output_key(job: JobRecord, index: int, extension: str) -> str:
-    return object_key(job.tenant_id, job.id, index, extension)
+    """Where this attempt's output ``index`` goes (``<tenant>/<job>/a<attempt>/...``):
+    every object a job's attempt writes takes its key from here."""
+    return object_key(job.tenant_id, job.id, job.attempts, index, extension)
 
 
 def _upload(store: ObjectStore, guard: Guard, key: str, data: bytes, content_type: str) -> str:

@@ -17,7 +17,6 @@ from core.errors import InvalidRequest, clip
 from core.jobs import JobKind
 from core.settings import Settings
 from pipelines import PipelineSpec, VideoRequest, all_specs, resolve_model
-from storage.objects import object_key
 from storage.views import video_view
 
 from ..deps import Services, services, tenant_id
@@ -166,8 +165,7 @@ def delete_video(video_id: str, svc: Services = Depends(services),
     if not job.status.terminal:
         job = found(svc.jobs.cancel(job.id, tenant), video_id, JobKind.VIDEO)
         svc.live.notify(job.id)
-    keys = {o.key for o in job.outputs} | {
-        object_key(job.tenant_id, job.id, i, "mp4") for i in range(int(job.request.get("n", 1)))}
+    keys = {o.key for o in job.outputs} | set(svc.store.list_keys(f"{job.tenant_id}/{job.id}/"))
     svc.store.delete(sorted(keys))
     if not svc.jobs.delete(job.id, tenant):
         raise not_found(video_id, JobKind.VIDEO)
