@@ -3,10 +3,12 @@ objects live in ``storage.views``, shared with webhooks, batches and event strea
 
 from __future__ import annotations
 
-from typing import Generic, Literal, TypeVar
+from functools import partial
+from typing import Annotated, Generic, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 
+from core.text import check_text
 from storage.views import JobError, JobPublic, OutputPublic, VideoPublic
 
 __all__ = ["JobError", "JobPublic", "OutputPublic", "VideoPublic"]  # re-exported
@@ -14,6 +16,10 @@ __all__ = ["JobError", "JobPublic", "OutputPublic", "VideoPublic"]  # re-exporte
 Item = TypeVar("Item")
 ResponseFormat = Literal["mp3", "opus", "aac", "flac", "wav", "pcm"]
 MAX_METADATA_KEYS = 16
+# Every stored string is checked at its schema (core/text.py says why): a name, id, model
+# or URL holds no control character at all; prose keeps tabs and line breaks.
+Line = Annotated[str, AfterValidator(check_text)]
+Prose = Annotated[str, AfterValidator(partial(check_text, prose=True))]
 
 
 def check_metadata(value: dict[str, str] | None) -> dict[str, str] | None:
@@ -25,7 +31,19 @@ def check_metadata(value: dict[str, str] | None) -> dict[str, str] | None:
     for k, v in value.items():
         if len(k) > 64 or len(v) > 512:
             raise ValueError("metadata keys are limited to 64 and values to 512 characters")
+        check_text(k)
+        check_text(v, prose=True)
     return value
+
+
+class ExpiresAfter(BaseModel):
+    """OpenAI's expiration policy of a file: ``seconds`` after its creation, 1 hour to 30
+    days."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    anchor: Literal["created_at"]
+    seconds: int = Field(ge=3600, le=30 * 86400)
 
 
 def events_from_form(value):
@@ -43,12 +61,12 @@ def events_from_form(value):
 class SpeechCreate(BaseModel):
     model_config = ConfigDict(extra="allow")
 
-    model: str = Field(min_length=1, max_length=200)
-    input: str = Field(min_length=1, max_length=4096)
-    voice: str | None = Field(default=None, max_length=64)
+    model: Line = Field(min_length=1, max_length=200)
+    input: Prose = Field(min_length=1, max_length=4096)
+    voice: Line | None = Field(default=None, max_length=64)
     response_format: ResponseFormat = "mp3"
     speed: float = Field(default=1.0, ge=0.25, le=4.0)
-    instructions: str | None = Field(default=None, max_length=4096)
+    instructions: Prose | None = Field(default=None, max_length=4096)
     stream_format: Literal["audio", "sse"] | None = Field(
         default=None, description="Stream the audio as it is generated: `audio` (the encoded "
         "bytes, chunked) or `sse` (`speech.audio.delta` / `speech.audio.done` events); the "
@@ -56,7 +74,7 @@ class SpeechCreate(BaseModel):
     cancel_on_disconnect: bool = Field(
         default=False, description="A streaming client that disconnects cancels the job")
     metadata: dict[str, str] | None = None
-    webhook_url: str | None = Field(default=None, max_length=2048)
+    webhook_url: Line | None = Field(default=None, max_length=2048)
     webhook_events: list[str] | None = Field(default=None, max_length=8)
 
     _metadata = field_validator("metadata")(check_metadata)
@@ -126,19 +144,19 @@ class VideoCreate(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    prompt: str = Field(min_length=1, max_length=10000)
-    model: str | None = Field(default=None, min_length=1, max_length=200)
+    prompt: Prose = Field(min_length=1, max_length=10000)
+    model: Line | None = Field(default=None, min_length=1, max_length=200)
     seconds: float | None = Field(default=None, gt=0, le=600)
     size: str | None = Field(default=None, pattern=r"^\d{1,5}x\d{1,5}$", max_length=11)
     fps: float | None = Field(default=None, gt=0, le=240)
     n: int = Field(default=1, ge=1, le=4)
     seed: int | None = Field(default=None, ge=0, le=2**32 - 1)
-    negative_prompt: str | None = Field(default=None, max_length=10000)
+    negative_prompt: Prose | None = Field(default=None, max_length=10000)
     generate_audio: bool | None = None
     guidance_scale: float | None = Field(default=None, ge=0, le=50)
     output_format: Literal["mp4"] = "mp4"
     metadata: dict[str, str] | None = None
-    webhook_url: str | None = Field(default=None, max_length=2048)
+    webhook_url: Line | None = Field(default=None, max_length=2048)
     webhook_events: list[str] | None = Field(default=None, max_length=8)
 
     _metadata = field_validator("metadata")(check_metadata)
@@ -193,16 +211,16 @@ class VideoDeleted(BaseModel):
 class WebhookEndpointCreate(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    name: str = Field(min_length=1, max_length=256)
-    url: str = Field(min_length=1, max_length=2048)
+    name: Line = Field(min_length=1, max_length=256)
+    url: Line = Field(min_length=1, max_length=2048)
     event_types: list[str] = Field(min_length=1, max_length=32)
 
 
 class WebhookEndpointUpdate(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    name: str | None = Field(default=None, min_length=1, max_length=256)
-    url: str | None = Field(default=None, min_length=1, max_length=2048)
+    name: Line | None = Field(default=None, min_length=1, max_length=256)
+    url: Line | None = Field(default=None, min_length=1, max_length=2048)
     event_types: list[str] | None = Field(default=None, min_length=1, max_length=32)
 
 

@@ -13,8 +13,8 @@ from fastapi import Query
 
 from core.errors import Conflict, InvalidRequest, NotFound, TooManyRequests, clip
 from core.jobs import JobKind, is_job_id
+from core.text import refused_character
 from pipelines import PipelineSpec
-from storage.objects import object_key
 from storage.records import JobRecord, JobWebhookRequest, NewJob
 from storage.views import JobPublic, job_view
 
@@ -30,9 +30,10 @@ def submit(svc: Services, *, tenant: str, spec: PipelineSpec, model: str, reques
            metadata: dict | None, idempotency_key: str | None,
            webhook: JobWebhookRequest | None = None) -> JobRecord:
     """Admit, insert the job with its outbox message, then try to publish right away."""
-    if idempotency_key is not None and not 1 <= len(idempotency_key) <= 255:
-        raise InvalidRequest("Idempotency-Key must be 1 to 255 characters",
-                             param="Idempotency-Key")
+    if idempotency_key is not None and (not 1 <= len(idempotency_key) <= 255
+                                        or refused_character(idempotency_key)):
+        raise InvalidRequest("Idempotency-Key must be 1 to 255 characters, none of them a "
+                             "control character", param="Idempotency-Key")
     throttle(svc, tenant)
     new = NewJob(tenant_id=tenant, kind=spec.kind, model=model, pipeline=spec.name,
                  queue=spec.queue, request=request, metadata=metadata,
@@ -102,10 +103,7 @@ def remove_job(svc: Services, tenant: str, job: JobRecord, kind: JobKind | None 
     if not job.status.terminal:
         job = found(svc.jobs.cancel(job.id, tenant), job.id, kind)
         svc.live.notify(job.id)
-    keys = {o.key for o in job.outputs}
-    if job.kind is JobKind.VIDEO:
-        keys |= {object_key(job.tenant_id, job.id, i, "mp4")
-                 for i in range(int(job.request.get("n", 1)))}
+    keys = {o.key for o in job.outputs} | set(svc.store.list_keys(f"{job.tenant_id}/{job.id}/"))
     svc.store.delete(sorted(keys))
     if not svc.jobs.delete(job.id, tenant):
         raise not_found(job.id, kind)

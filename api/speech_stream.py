@@ -13,7 +13,10 @@ an SSE stream with an ``error`` event and cuts an audio stream short, so a clien
 takes a truncated file for a whole one. A job restarted mid-stream (a retry) cannot be
 spliced into what was already sent: the stream ends the same way and the job's result
 is fetched with ``GET /v1/jobs/{id}/content``. Should the job complete before the first
-chunk was read (an idempotent replay, say), its stored output is sent whole.
+chunk was read (an idempotent replay, say), its stored output is sent whole. A stream
+that carried less audio than the job stored (the worker's bus writes failed) never ends
+normally: it ends the same way, naming the content route, since a client would take a
+short file for the whole one.
 """
 
 from __future__ import annotations
@@ -39,6 +42,11 @@ from .metrics import LIVE_ACTIVE
 
 log = logging.getLogger(__name__)
 
+# How much longer than the streamed samples a stored file may decode (encoder priming and
+# padding: up to 2048 samples at the stored rate, plus a little): the tolerance of the
+# worker's own check of the encoded bytes against the samples it encoded.
+PADDING_SAMPLES, SLACK_S = 2048, 0.05
+
 
 class StreamBroken(Exception):
     """The stream cannot go on truthfully; the job itself carries on or is recorded."""
@@ -61,6 +69,7 @@ class SpeechStream:
         self.attempt: int | None = None
         self.encoder = None
         self.content_type: str | None = None
+        self.frames, self.rate = 0, 0  # what the stream carried
         self.done = False
         self._ready: list[bytes] = []
 
@@ -106,7 +115,17 @@ class SpeechStream:
             self.encoder = self.svc.stream_encoder(self.fmt, chunk.sample_rate,
                                                    chunk.samples.shape[0])
             self.content_type = self.encoder.content_type
+        self.frames, self.rate = self.frames + chunk.samples.shape[1], chunk.sample_rate
         return await run_in_threadpool(self.encoder.add, chunk.samples)
+
+    def missing_s(self, job: JobRecord) -> float:
+        """Seconds of the stored output this stream did not carry (0 when complete)."""
+        out = job.outputs[0] if job.outputs else None
+        if out is None or out.duration_s is None or not self.rate:
+            return 0.0
+        missing = out.duration_s - self.frames / self.rate
+        slack = PADDING_SAMPLES / (out.sample_rate or self.rate) + SLACK_S
+        return missing if missing > slack else 0.0
 
     async def _finish(self, job: JobRecord) -> AsyncIterator[bytes]:
         self.done = True  # the job ended: nothing left to cancel
@@ -117,6 +136,10 @@ class SpeechStream:
         if self.encoder is not None:
             if job.attempts != self.attempt:
                 raise StreamBroken(f"job {job.id} completed in another attempt")
+            if missing := self.missing_s(job):
+                raise StreamBroken(f"job {job.id} completed, but {missing:.2f} s of its audio "
+                                   "did not reach this stream; fetch it whole with "
+                                   f"GET /v1/jobs/{job.id}/content")
             tail = await run_in_threadpool(self.encoder.close)
         else:  # nothing streamed: the stored output is the whole answer
             out = job.outputs[0]

@@ -2,18 +2,23 @@
 
 For a machine with a GPU, the ``[gpu]`` extra installed and the weights on disk (or
 reachable). Each pipeline gets its own worker process (one engine per GPU at a time);
-the script prints, per job: worker ready time (process start -> engine loaded and
-warmed), job wall time (submit -> completed), output duration, RMS and sample rate, and
-for a video the frames and size the engine made (MiniMax-H3 renders 17n+5 frames at
-multiple-of-32 sizes: the 5 s, 1280x720 job comes back as 124 frames at 1280x704).
+jobs go in through the API, as a client's would (so an unseeded video gets the random
+seed the API draws, not the deploy's fixed 42). The script prints, per job: worker ready
+time (process start -> engine loaded and warmed), job wall time (submit -> completed),
+output duration, RMS and sample rate, worker shutdown time, and for a video the frames
+and size the engine made (MiniMax-H3 renders 17n+5 frames at multiple-of-32 sizes: the
+5 s, 1280x720 job comes back as 124 frames at 1280x704) and its seed.
 
     python -m bench.gpu_smoke \\
-        --audex-model /models/Nemotron-Labs-Audex-2B \\
+        --audex-model /models/Nemotron-Labs-Audex-2B --xcodec1-path /models/xcodec1 \\
         --t2va-model /models/MiniMax-H3 [--gpu 0] [--t2va-gpus 0,1,2,3,4,5] \\
         [--only audex-tts,audex-tta,minimax-h3]
 
 The Audex deploys use one GPU (``--gpu``); ``minimax_h3_disaggregated.yaml`` spreads its
 two stages over six (``--t2va-gpus``: encoder on the first two, DiT on the other four).
+Audex TTA decodes with the external XCodec1 checkpoint: ``--xcodec1-path`` (or
+``XCODEC1_PATH``) names a local copy; without one the engine fetches
+``hf-audio/xcodec-hubert-general-balanced`` from the Hugging Face Hub.
 
 It runs on the embedded stack (SQLite, filesystem broker, local store) in a temporary
 folder, so it needs no other service. ``--fake`` swaps in the CPU fake engine from the
@@ -25,22 +30,33 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
+import signal
+import socket
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+import httpx
+
 ROOT = Path(__file__).resolve().parent.parent
+XCODEC1_REPO = "hf-audio/xcodec-hubert-general-balanced"
+# Celery's own line once the worker consumes (celery/apps/worker.py: '%s ready.'), for the
+# node name `omnijobs worker` gives it; a bare "ready" also matches "already".
+READY = re.compile(r"omnijobs-\d+@\S+ ready\.")
 
 JOBS = {
-    "audex-tts": {"input": "The quick brown fox jumps over the lazy dog. Omnijobs on a GPU.",
-                  "response_format": "wav", "cfg_scale": 1.5},
-    "audex-tta": {"input": "Rain falling on a tin roof, distant thunder.",
-                  "response_format": "wav"},
-    "minimax-h3": {"prompt": "A lighthouse at dusk, waves rolling in, gulls calling.",
-                   "seconds": 5.0, "size": "1280x720", "fps": 24, "n": 1,
-                   "generate_audio": True},
+    "audex-tts": ("/v1/audio/speech", {
+        "model": "nvidia/Nemotron-Labs-Audex-2B", "response_format": "wav", "cfg_scale": 1.5,
+        "input": "The quick brown fox jumps over the lazy dog. Omnijobs on a GPU."}),
+    "audex-tta": ("/v1/audio/speech", {
+        "model": "audex-tta", "response_format": "wav",
+        "input": "Rain falling on a tin roof, distant thunder."}),
+    "minimax-h3": ("/v1/videos", {
+        "model": "MiniMaxAI/MiniMax-H3", "seconds": 5, "size": "1280x720", "fps": 24, "n": 1,
+        "prompt": "A lighthouse at dusk, waves rolling in, gulls calling."}),
 }
 
 
@@ -54,48 +70,96 @@ def pipeline_options(args: argparse.Namespace) -> dict:
     }
 
 
-def run_one(name: str, env: dict[str, str], home: Path, gpu: str) -> dict:
+def xcodec1_env(args: argparse.Namespace, names: list[str]) -> dict[str, str]:
+    """XCODEC1_PATH for the TTA worker, or why it will come from the Hub (or cannot)."""
+    if "audex-tta" not in names or args.fake:
+        return {}
+    if args.xcodec1_path:
+        return {"XCODEC1_PATH": args.xcodec1_path}
+    if os.environ.get("HF_HUB_OFFLINE") == "1":
+        raise SystemExit(f"audex-tta decodes with XCodec1 ({XCODEC1_REPO}) and this host is "
+                         "offline (HF_HUB_OFFLINE=1): pass --xcodec1-path or set XCODEC1_PATH")
+    print(f"audex-tta: no --xcodec1-path or XCODEC1_PATH, so the engine fetches "
+          f"{XCODEC1_REPO} from the Hugging Face Hub", file=sys.stderr)
+    return {}
+
+
+def wait_ready(proc: subprocess.Popen, log: Path, what: str, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not READY.search(log.read_text(errors="replace")):
+        if proc.poll() is not None:
+            raise RuntimeError(f"{what} exited; see {log}")
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{what} not ready after {timeout_s:.0f} s; see {log}")
+        time.sleep(0.5)
+
+
+def stop(proc: subprocess.Popen, grace_s: float) -> tuple[float, bool]:
+    """SIGTERM (the worker drains and shuts its engine down), then SIGKILL to the whole
+    process group once ``grace_s`` has passed: a slow engine shutdown is reported, never
+    raised. Returns (seconds taken, whether it had to be killed)."""
+    started = time.monotonic()
+    if proc.poll() is None:
+        proc.terminate()
+    try:
+        proc.wait(grace_s)
+        return time.monotonic() - started, False
+    except subprocess.TimeoutExpired:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait()
+        return time.monotonic() - started, True
+
+
+def spawn(argv: list[str], env: dict[str, str], log: Path) -> subprocess.Popen:
+    with log.open("wb") as out:  # its own process group, so a kill takes its children
+        return subprocess.Popen([sys.executable, "-m", "omnijobs.cli", *argv], env=env,
+                                cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+
+
+def submit(api: httpx.Client, name: str) -> dict:
+    """The job through the API; polled until it ends."""
+    path, body = JOBS[name]
+    resp = api.post(path, json=body, headers={"Prefer": "respond-async"})
+    resp.raise_for_status()
+    job_id = resp.json()["id"]
+    while (job := api.get(f"/v1/jobs/{job_id}").json())["status"] not in (
+            "completed", "failed", "cancelled"):
+        time.sleep(0.2)
+    return job
+
+
+def run_one(name: str, env: dict[str, str], home: Path, gpu: str, api: httpx.Client,
+            args: argparse.Namespace) -> dict:
     from core.settings import Settings
     from media.probe import probe_audio, probe_video
     from media.validate import rms
     from pipelines import get_spec, import_pipeline_modules
     from storage.db import make_engine, make_sessionmaker
     from storage.objects import make_store
-    from storage.records import NewJob
-    from storage.repositories import JobRepository, KeyRepository, OutboxRepository
-    from tasks.app import make_celery
-    from tasks.dispatch import publish_and_mark
+    from storage.repositories import JobRepository
 
     settings = Settings()
     import_pipeline_modules()
-    sessions = make_sessionmaker(make_engine(settings.db_url))
-    jobs, outbox = JobRepository(sessions), OutboxRepository(sessions)
-    tenant, _ = KeyRepository(sessions).create_key("smoke")
+    log = home / f"{name}.log"
     started = time.monotonic()
-    with (home / f"{name}.log").open("wb") as log:
-        worker = subprocess.Popen([sys.executable, "-m", "omnijobs.cli", "worker",
-                                   "--pipeline", name, "--gpu", gpu], env=env, cwd=ROOT,
-                                  stdout=log, stderr=subprocess.STDOUT)
+    worker = spawn(["worker", "--pipeline", name, "--gpu", gpu], env, log)
     try:
-        while "ready" not in (home / f"{name}.log").read_text(errors="replace"):
-            if worker.poll() is not None:
-                raise RuntimeError(f"{name} worker exited; see {home / (name + '.log')}")
-            time.sleep(0.5)
+        wait_ready(worker, log, f"{name} worker", args.ready_timeout)
         ready_s = time.monotonic() - started
-        spec = get_spec(name)
         submitted = time.monotonic()
-        job, msg = jobs.create(NewJob(tenant_id=tenant, kind=spec.kind, model=spec.models[0],
-                                      pipeline=name, queue=spec.queue, request=JOBS[name],
-                                      metadata=None, max_attempts=1))
-        publish_and_mark(make_celery(settings), outbox, msg)
-        while not (done := jobs.get(job.id)).status.terminal:
-            time.sleep(0.2)
+        job = submit(api, name)
         wall_s = time.monotonic() - submitted
     finally:
-        worker.terminate()
-        worker.wait(120)
-    row = {"pipeline": name, "status": done.status.value, "ready_s": round(ready_s, 2),
-           "wall_s": round(wall_s, 2), "error": done.error_code}
+        stop_s, killed = stop(worker, args.shutdown_grace)
+    row = {"pipeline": name, "status": job["status"], "ready_s": round(ready_s, 2),
+           "wall_s": round(wall_s, 2), "error": (job.get("error") or {}).get("code"),
+           "shutdown_s": round(stop_s, 2), "shutdown_killed": killed}
+    done = JobRepository(make_sessionmaker(make_engine(settings.db_url))).get(job["id"])
+    spec = get_spec(name)
     if done.outputs:
         out = done.outputs[0]
         data = make_store(settings).get(out.key)
@@ -103,34 +167,77 @@ def run_one(name: str, env: dict[str, str], home: Path, gpu: str) -> dict:
         row.update(duration_s=out.duration_s, sample_rate=out.sample_rate,
                    rms=round(rms(audio.samples), 4) if audio is not None else None)
         if spec.video:
-            row.update(frames=out.frames, size=f"{out.width}x{out.height}")
+            row.update(frames=out.frames, size=f"{out.width}x{out.height}",
+                       seed=done.request.get("seed"))
     return row
 
 
-def main() -> None:
+def wait_api(server: subprocess.Popen, api: httpx.Client, log: Path) -> None:
+    while True:
+        if server.poll() is not None:
+            raise RuntimeError(f"the API exited; see {log}")
+        try:
+            if api.get("/healthz", timeout=2).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.3)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--audex-model", default="nvidia/Nemotron-Labs-Audex-2B")
     parser.add_argument("--tts-deploy", default="audex_tts.yaml")
     parser.add_argument("--tta-deploy", default="audex_tta.yaml")
+    parser.add_argument("--xcodec1-path", default=os.environ.get("XCODEC1_PATH"),
+                        help=f"local XCodec1 ({XCODEC1_REPO}) for the TTA decoder")
     parser.add_argument("--t2va-model", default="MiniMaxAI/MiniMax-H3")
     parser.add_argument("--t2va-deploy", default="minimax_h3_disaggregated.yaml")
     parser.add_argument("--only", default="audex-tts,audex-tta,minimax-h3")
     parser.add_argument("--gpu", default="0", help="GPU of the Audex workers")
     parser.add_argument("--t2va-gpus", default="0,1,2,3,4,5",
                         help="GPUs of the MiniMax-H3 worker (its deploy uses six)")
+    parser.add_argument("--ready-timeout", type=float, default=3600.0,
+                        help="seconds a worker may take to load and warm its engine")
+    parser.add_argument("--shutdown-grace", type=float, default=180.0,
+                        help="seconds a worker may take to shut its engine down")
     parser.add_argument("--fake", action="store_true", help="CPU fake engine (script check)")
-    args = parser.parse_args()
-    home = Path(tempfile.mkdtemp(prefix="omnijobs-smoke-"))
+    return parser.parse_args()
+
+
+def main() -> None:
+    args = parse_args()
     names = [n for n in args.only.split(",") if n]
+    home = Path(tempfile.mkdtemp(prefix="omnijobs-smoke-"))
     env = {k: v for k, v in os.environ.items() if not k.startswith("OMNIJOBS_")}
     env.update(PYTHONPATH=str(ROOT), OMNIJOBS_HOME=str(home),
                OMNIJOBS_PIPELINES=json.dumps(names),
-               OMNIJOBS_PIPELINE_OPTIONS=json.dumps(pipeline_options(args)))
+               OMNIJOBS_PIPELINE_OPTIONS=json.dumps(pipeline_options(args)),
+               **xcodec1_env(args, names))
     os.environ.update({k: v for k, v in env.items() if k.startswith("OMNIJOBS_")})
     subprocess.run([sys.executable, "-m", "omnijobs.cli", "migrate"], env=env, cwd=ROOT,
                    check=True, capture_output=True)
-    rows = [run_one(name, env, home, args.t2va_gpus if name == "minimax-h3" else args.gpu)
-            for name in names]
+    from core.settings import Settings
+    from storage.db import make_engine, make_sessionmaker
+    from storage.repositories import KeyRepository
+
+    _, key = KeyRepository(make_sessionmaker(make_engine(Settings().db_url))).create_key("smoke")
+    port = free_port()
+    server = spawn(["api", "--port", str(port)], env, home / "api.log")
+    try:
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30,
+                          headers={"Authorization": f"Bearer {key}"}) as api:
+            wait_api(server, api, home / "api.log")
+            rows = [run_one(name, env, home, args.t2va_gpus if name == "minimax-h3"
+                            else args.gpu, api, args) for name in names]
+    finally:
+        stop(server, 30)
     print(json.dumps(rows, indent=2))
     print(f"logs: {home}")
     sys.exit(0 if all(r["status"] == "completed" for r in rows) else 1)

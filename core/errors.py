@@ -11,14 +11,17 @@ from __future__ import annotations
 
 from typing import Any
 
+from .text import printable
+
 ECHO_LIMIT = 32
 MESSAGE_LIMIT = 500
 
 
 def clip(value: Any, limit: int = ECHO_LIMIT) -> str:
-    """Cut an echoed value so error messages never carry a caller's payload back."""
+    """Cut an echoed value so error messages never carry a caller's payload back (and
+    escape what UTF-8 cannot encode, so the message can always be sent)."""
     text = value if isinstance(value, str) else repr(value)
-    return text if len(text) <= limit else text[:limit] + "..."
+    return printable(text if len(text) <= limit else text[:limit] + "...")
 
 
 class OmniJobsError(Exception):
@@ -107,20 +110,21 @@ class Conflict(OmniJobsError):
     code = "conflict"
 
 
-class RangeNotSatisfiable(OmniJobsError):
-    """A byte range outside the object (``Range`` on a player's read)."""
-
-    http_status = 416
-    error_type = "invalid_request_error"
-    code = "range_not_satisfiable"
-
-
 class SignatureInvalid(OmniJobsError):
     """A locally signed object URL is expired or tampered with."""
 
     http_status = 403
     error_type = "invalid_request_error"
     code = "signature_invalid"
+
+
+class RangeNotSatisfiable(OmniJobsError):
+    """A download's ``Range`` lies past the end of the object (sent with ``Content-Range:
+    bytes */<size>``)."""
+
+    http_status = 416
+    error_type = "invalid_request_error"
+    code = "range_not_satisfiable"
 
 
 class ServiceUnavailable(OmniJobsError):
@@ -190,6 +194,23 @@ class FileTooLarge(OmniJobsError):
     code = "file_too_large"
 
 
+class StorageQuotaExceeded(OmniJobsError):
+    """An upload would take the tenant's files past ``OMNIJOBS_TENANT_STORAGE_BYTES``.
+    Nothing is stored. A 413, not a 429: waiting does not help, deleting files does."""
+
+    http_status = 413
+    error_type = "invalid_request_error"
+    code = "storage_quota_exceeded"
+
+
+class FileExpired(OmniJobsError):
+    """The file is past its ``expires_at``: its bytes are deleted, its record stays."""
+
+    http_status = 410
+    error_type = "invalid_request_error"
+    code = "file_expired"
+
+
 class BatchQuotaExceeded(OmniJobsError):
     """The tenant already has as many unfinished batches, or queued batch requests, as its
     bulk quota allows (separate from the interactive quotas). Nothing was stored."""
@@ -232,8 +253,10 @@ class PipelineFailed(JobFailure):
 
 class EngineRejected(JobFailure):
     """The inference engine refused the request itself (vLLM-Omni's ``OmniClientError``,
-    a 4xx-class problem such as a guardrail or an unsupported shape). Not retryable: the
-    same request is refused again. The message carries the engine's own words, clipped."""
+    a 4xx-class problem such as a guardrail or an unsupported shape), or vLLM-Omni's own
+    request builder could not make it (``cfg_unavailable``: no guidance null prompt
+    matches the input's length). Not retryable: the same request is refused again. The
+    message carries the engine's own words, clipped."""
 
     code = "engine_rejected"
 

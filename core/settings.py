@@ -163,6 +163,17 @@ class Settings(BaseSettings):
         "answers 413 above it)")
     batch_max_lines: int = Field(50_000, ge=1, le=1_000_000,
                                  description="Most requests in one batch")
+    batch_max_line_bytes: int = Field(
+        1 << 20, ge=1024, description="Longest line of a batch input file (1 MB, the API's "
+        "own body limit); a longer line is an invalid line, never read whole")
+    file_ttl_s: int = Field(
+        30 * 86400, ge=3600, description="Files expire this long after they are written "
+        "(their bytes deleted, their record kept as `expired`) unless the upload's "
+        "`expires_after`, or a batch's `output_expires_after`, says otherwise: 30 days")
+    tenant_storage_bytes: int = Field(
+        10 * 2**30, ge=1024, description="Bytes a tenant's files may hold in the store "
+        "(uploads and batch results, until they expire or are deleted; 10 GiB): an upload "
+        "past it is a 413 `storage_quota_exceeded`")
     batch_max_active: int = Field(
         10, ge=1, description="Unfinished batches a tenant may have at once: the bulk quota, "
         "apart from OMNIJOBS_TENANT_MAX_ACTIVE and OMNIJOBS_PIPELINE_MAX_QUEUED, which count "

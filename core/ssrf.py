@@ -6,6 +6,10 @@ multicast, the cloud metadata service) is refused unless an allowed network cove
 The API checks at submit or registration; the delivery task checks again at every
 attempt, because a name may resolve elsewhere by then (DNS rebinding), and connects to
 the address it checked. ``resolver`` is the one seam: tests pass a stub.
+
+An internationalised host (``bücher.example``) is checked, resolved and sent in its IDNA
+form (``xn--bcher-kva.example``, UTS #46 as browsers map it): that is the name DNS, the
+Host header and TLS SNI all carry.
 """
 
 from __future__ import annotations
@@ -15,6 +19,8 @@ import socket
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from urllib.parse import urlsplit
+
+import idna
 
 from .errors import WebhookUrlRefused, clip
 
@@ -49,13 +55,20 @@ CLASSES: tuple[tuple[str, Callable[[IPAddress], bool]], ...] = (
 
 @dataclass(frozen=True)
 class Target:
-    """A checked URL and the addresses its host resolved to (connect to these only)."""
+    """A checked URL and the addresses its host resolved to (connect to these only).
+    ``host`` is ASCII (IDNA for a name); ``explicit_port`` says the URL named its port."""
 
     url: str
     scheme: str
     host: str
     port: int
     addresses: tuple[str, ...]
+    explicit_port: bool = False
+
+    @property
+    def host_header(self) -> str:
+        name = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{name}:{self.port}" if self.explicit_port else name
 
 
 def system_resolver(host: str, port: int) -> list[str]:
@@ -94,7 +107,18 @@ def refusal(address: str, networks: tuple[Network, ...]) -> str | None:
     return address_class(ip)
 
 
-def _split(url: str) -> tuple[str, str, int]:
+def ascii_host(host: str) -> str:
+    """The host as DNS, Host headers and SNI carry it: IDNA for an internationalised name."""
+    if host.isascii():
+        return host
+    try:
+        return idna.encode(host, uts46=True).decode("ascii")
+    except idna.IDNAError:
+        raise WebhookUrlRefused(f"webhook host '{clip(host)}' is not a valid "
+                                "internationalised name") from None
+
+
+def _split(url: str) -> tuple[str, str, int | None]:
     if len(url) > MAX_URL_LENGTH:
         raise WebhookUrlRefused(f"webhook URL is longer than {MAX_URL_LENGTH} characters")
     try:
@@ -108,7 +132,7 @@ def _split(url: str) -> tuple[str, str, int]:
         raise WebhookUrlRefused(f"webhook URL '{clip(url)}' has no host")
     if parts.username is not None or parts.password is not None:
         raise WebhookUrlRefused("webhook URL must not carry credentials")
-    return parts.scheme, parts.hostname, port or (443 if parts.scheme == "https" else 80)
+    return parts.scheme, ascii_host(parts.hostname), port
 
 
 def _resolve(host: str, port: int, resolver: Resolver) -> tuple[list[str], bool]:
@@ -140,7 +164,8 @@ def check_url(url: str, allowed: Iterable[str] = (), resolver: Resolver = system
 
 
 def _check(url: str, networks: tuple[Network, ...], resolver: Resolver) -> Target:
-    scheme, host, port = _split(url)
+    scheme, host, explicit = _split(url)
+    port = explicit if explicit is not None else (443 if scheme == "https" else 80)
     addresses, literal = _resolve(host, port, resolver)
     for address in addresses:
         reason = refusal(address, networks)
@@ -150,4 +175,5 @@ def _check(url: str, networks: tuple[Network, ...], resolver: Resolver) -> Targe
                 f"webhook host '{clip(host)}'{where} {reason} addresses are refused "
                 "(see OMNIJOBS_WEBHOOK_ALLOWED_NETWORKS)",
                 code=f"webhook_url_{reason.lower().replace('-', '_')}")
-    return Target(url=url, scheme=scheme, host=host, port=port, addresses=tuple(addresses))
+    return Target(url=url, scheme=scheme, host=host, port=port, addresses=tuple(addresses),
+                  explicit_port=explicit is not None)

@@ -1,9 +1,11 @@
 """Per-job audio aggregation.
 
 Two chunk semantics exist in the wild and mixing them up loses or doubles audio:
-- cumulative snapshots (Audex's code2wav re-decodes everything so far): keep the
-  longest snapshot; empty or shorter late snapshots never truncate what we have;
-- incremental frames (Piper, Qwen3-TTS): append, then concatenate once at the end.
+- cumulative snapshots (an engine asked for CUMULATIVE output re-sends everything so
+  far): keep the longest snapshot; empty or shorter late snapshots never truncate what
+  we have;
+- incremental frames (Piper, Qwen3-TTS, Audex's DELTA outputs): append, then
+  concatenate once at the end.
 Sample rate and channel count are fixed by the first non-empty chunk. Whatever the
 semantics, ``add`` returns the samples that chunk adds to the job's audio, so a stream
 sends exactly what ends up stored. An aggregator belongs to exactly one job; there is no

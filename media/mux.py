@@ -53,11 +53,13 @@ def _mux_to(path: Path, frames: np.ndarray, fps: int, audio: Audio | None) -> No
         raise EncodingFailed(f"mp4 muxing failed ({type(exc).__name__})") from exc
 
 
-def remux_faststart(data: bytes) -> bytes:
-    """The same MP4 with its index moved to the front, by stream copy (no re-encode).
+def remux_faststart(data: bytes, keep_audio: bool = True) -> bytes:
+    """The same MP4 with its index moved to the front, by stream copy (no re-encode);
+    without its audio track when ``keep_audio`` is false.
 
     Engines that write MP4s to memory (vLLM-Omni's ``mux_av_video_audio_bytes``) leave
-    the index after the media data, so a player must fetch the whole file first.
+    the index after the media data, so a player must fetch the whole file first; and an
+    engine that always renders sound (MiniMax-H3) muxes it in even when none was asked for.
     """
     with tempfile.TemporaryDirectory(prefix="omnijobs-remux-") as tmp:
         path = Path(tmp) / "out.mp4"
@@ -65,7 +67,8 @@ def remux_faststart(data: bytes) -> bytes:
             with av.open(io.BytesIO(data), mode="r", format="mp4") as src, \
                     av.open(str(path), mode="w", format="mp4",
                             options={"movflags": "+faststart"}) as dst:
-                kept = [s for s in src.streams if s.type in ("video", "audio")]
+                kept = [s for s in src.streams
+                        if s.type == "video" or (keep_audio and s.type == "audio")]
                 copies = {s.index: dst.add_stream_from_template(s) for s in kept}
                 for packet in src.demux(kept):
                     if packet.dts is None:  # the demuxer's end-of-stream marker

@@ -305,18 +305,18 @@ def _supervise(args: list[str]) -> int:
 
 
 def _run_worker(pipeline: list[str] | None, metrics_port: int | None, loglevel: str) -> None:
-    from pipelines import get_spec
+    from pipelines import get_spec, served_pipelines
     from tasks.app import make_celery
     from tasks.runtime import RESTART_EXIT, get_runtime
 
     _logging(loglevel)
     settings = _settings()
-    names = pipeline or settings.pipelines
+    runtime = get_runtime(settings)  # registers the pipeline modules
+    names = served_pipelines(pipeline, settings.pipelines)
     if metrics_port is not None:
         from prometheus_client import start_http_server
 
         start_http_server(metrics_port)
-    runtime = get_runtime(settings)
     runtime.warm(names)
     queues = [get_spec(n).queue for n in names]
     argv = [*_quiet(settings), "worker", "--pool=solo", "-Q", ",".join(queues),

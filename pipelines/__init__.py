@@ -21,9 +21,10 @@ from .registry import (
                    import_pipeline_modules,
                    register_pipeline,
                    resolve_model,
+                   served_pipelines,
 )
 
 __all__ = ["Pipeline", "PipelineSpec", "RunContext", "SpeechRequest", "VideoLimits",
            "VideoRequest", "VideoResult", "all_specs", "queue_for",
            "get_pipeline_class", "get_spec", "import_pipeline_modules", "register_pipeline",
-           "resolve_model"]
+           "resolve_model", "served_pipelines"]

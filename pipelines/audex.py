@@ -37,7 +37,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
-from core.errors import ConfigurationError, OutputInvalid
+from core.errors import ConfigurationError, EngineRejected, OutputInvalid
 from core.jobs import JobKind
 from media.validate import AudioBounds
 
@@ -107,15 +107,23 @@ def tokenizer_folder(stages: set[str]) -> str:
     return "checkpoint_folder_full" if "audex_omni" in stages else "checkpoint_folder_audiogen"
 
 
-def load_tokenizer(model: str, folder: str = "checkpoint_folder_audiogen") -> Any:
-    """The thinker's tokenizer, for CFG null prompts and token budgets. ``model`` is the
-    checkpoint root (a path or hub id) or one of its ``checkpoint_folder_*`` folders,
-    as vLLM-Omni's Audex adapter takes it (tts_adapters/audex.py:53-59)."""
-    tokenizer = gpu_import("transformers").AutoTokenizer
+def repository_root(model: str) -> str:
+    """The checkpoint root the engine needs. Each Audex stage names its own folder
+    (``checkpoint_folder_audiogen``, ``audex_causal_speech_decoder``, ...), which the
+    engine joins onto the path it is given and refuses when missing
+    (engine/stage_init_utils.py:234-303, :259-269), so a path to one of the
+    ``checkpoint_folder_*`` folders (as vLLM-Omni's own Audex adapter accepts one,
+    tts_adapters/audex.py:53-59) is passed on as the folder above it."""
     path = os.path.normpath(model)
     if os.path.basename(path).startswith("checkpoint_folder"):
-        return tokenizer.from_pretrained(os.path.join(os.path.dirname(path), folder))
-    return tokenizer.from_pretrained(model, subfolder=folder)
+        return os.path.dirname(path)
+    return model
+
+
+def load_tokenizer(model: str, folder: str = "checkpoint_folder_audiogen") -> Any:
+    """The thinker's tokenizer, for CFG null prompts and token budgets, from the
+    checkpoint root (a path or hub id)."""
+    return gpu_import("transformers").AutoTokenizer.from_pretrained(model, subfolder=folder)
 
 
 def tta_rvq(tokenizer: Any) -> dict[str, Any]:
@@ -172,7 +180,7 @@ class AudexPipeline(Pipeline):
         return float(self.options.get("request_timeout_s", 300))
 
     def load(self) -> None:
-        model = self.options.get("model", self.default_model)
+        model = repository_root(self.options.get("model", self.default_model))
         deploy = self.options.get("deploy_config", self.default_deploy)
         factory = import_object(self.options.get("engine_factory", ENGINE_FACTORY))
         kwargs = self.options.get("engine_kwargs", {})
@@ -195,9 +203,16 @@ class AudexPipeline(Pipeline):
         return self._prompts.build_cond_prompt(text)
 
     def null_prompt(self, cond: str) -> str:
-        if self.mode == "tta":
-            return self._prompts.build_tta_null_prompt(cond, self._tokenizer)
-        return self._prompts.build_null_prompt(cond, self._tokenizer)
+        """The guidance pair's unconditional prompt, as long as ``cond`` in tokens. The
+        builder raises ValueError when no ``<unk>`` count matches (prompt.py:56-67): the
+        request cannot be guided, which is the request's problem, not the service's."""
+        build = (self._prompts.build_tta_null_prompt if self.mode == "tta"
+                 else self._prompts.build_null_prompt)
+        try:
+            return build(cond, self._tokenizer)
+        except ValueError as exc:
+            raise EngineRejected(f"cfg_scale cannot be applied to this input ({exc}); send it "
+                                 "without cfg_scale", code="cfg_unavailable") from exc
 
     def token_budget(self, cond: str, text: str, default: int | None) -> int:
         """Codec frames the thinker may emit for ``text``: what a slow speaker needs (at

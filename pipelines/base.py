@@ -131,6 +131,29 @@ class VideoLimits:
     frame_grid: tuple[int, int] | None = None
     size_multiple: int = 1
     random_seed: bool = False  # an unseeded job gets a random seed, recorded at submit
+    # Request fields the model honours; one it does not is a 400 naming it, never ignored.
+    accepts_negative_prompt: bool = False
+    accepts_guidance_scale: bool = False
+    # The model's pixel budget and the sizes it names itself: a size over max_pixels is
+    # refused, and a canvas is accepted at its aspect ratio even where the model's own
+    # rounding puts it outside the 2 % tolerance.
+    max_pixels: int | None = None
+    canvases: tuple[tuple[int, int], ...] = ()
+
+    def size_problem(self, width: int, height: int) -> str | None:
+        """Why the model cannot render ``width x height`` (None: it can)."""
+        if (width, height) in self.canvases:
+            return None
+        sizes = ", ".join(f"{w}x{h}" for w, h in self.canvases)
+        own = f"; its own sizes are {sizes}, and smaller ones at their aspect ratios" \
+            if sizes else ""
+        if self.max_pixels is not None and width * height > self.max_pixels:
+            return f"size {width}x{height} is over the {self.max_pixels} pixels it renders{own}"
+        if self.aspect_ratios is not None and named_ratio(width, height,
+                                                          self.aspect_ratios) is None:
+            ratios = ", ".join(f"{w}:{h}" for w, h in self.aspect_ratios)
+            return f"size must have one of the aspect ratios {ratios}{own}"
+        return None
 
     def rendered(self, req: VideoRequest) -> tuple[int, int, int]:
         """(frames, width, height) the model makes for ``req``."""
@@ -200,14 +223,19 @@ class PipelineSpec:
             raise InvalidRequest(f"voice '{clip(voice)}' is not available for model "
                                  f"{self.named(model)}", param="voice",
                                  code="unsupported_voice")
-        for name, unsupported in (
-                ("instructions", req.instructions and not self.supports_instructions),
-                ("speed", req.speed != 1.0 and not self.supports_speed)):
+        self._refuse_unsupported(model, (
+            ("instructions", req.instructions and not self.supports_instructions),
+            ("speed", req.speed != 1.0 and not self.supports_speed)))
+        self._validate_extra(req.extra, model)
+
+    def _refuse_unsupported(self, model: str | None,
+                            fields: tuple[tuple[str, Any], ...]) -> None:
+        """A field the model would ignore is a 400 naming it: silently dropping it would
+        hand back something other than what was asked for."""
+        for name, unsupported in fields:
             if unsupported:
                 raise InvalidRequest(f"'{name}' is not supported by {self.named(model)}; "
-                                     "leave it out",
-                                     param=name, code="unsupported_parameter")
-        self._validate_extra(req.extra, model)
+                                     "leave it out", param=name, code="unsupported_parameter")
 
     def _validate_extra(self, extra: dict[str, Any], model: str | None) -> None:
         reserved = sorted(set(extra) & self.reserved_fields)
@@ -228,7 +256,6 @@ class PipelineSpec:
                                  f"{self.named(model)}", param=clip(name),
                                  code="unsupported_parameter")
 
-
     def validate_video(self, req: VideoRequest, model: str | None = None) -> None:
         """Raise InvalidRequest for a clip this pipeline cannot make."""
         lim = self.video
@@ -236,13 +263,19 @@ class PipelineSpec:
             raise InvalidRequest(f"{self.named(model)} does not generate video",
                                  param="model", code="unsupported_model")
         require_text(req.prompt, "prompt")
+        self._refuse_unsupported(model, (
+            ("negative_prompt", req.negative_prompt and not lim.accepts_negative_prompt),
+            ("guidance_scale", req.guidance_scale is not None
+             and not lim.accepts_guidance_scale)))
         frames, width, height = lim.rendered(req)
+        problem = lim.size_problem(req.width, req.height)
         checks = [
             (lim.min_seconds <= req.seconds <= lim.max_seconds and req.seconds > 0, "seconds",
              f"seconds must be in [{lim.min_seconds:g}, {lim.max_seconds:g}]" if lim.min_seconds
              else f"seconds must be in (0, {lim.max_seconds:g}]"),
             (0 < req.width <= lim.max_width and 0 < req.height <= lim.max_height, "size",
              f"size must be at most {lim.max_width}x{lim.max_height}"),
+            (problem is None, "size", f"{self.named(model)}: {problem}"),
             (width > 0 and height > 0, "size",
              f"width and height must be at least {lim.size_multiple}"),
             (req.width % 2 == 0 and req.height % 2 == 0, "size",
@@ -256,9 +289,6 @@ class PipelineSpec:
             (req.n * frames * width * height * 3 <= lim.max_raw_bytes, "size",
              f"n x frames x size is too large: at most {lim.max_raw_bytes / 2**30:g} GiB "
              "of raw frames per job"),
-            (lim.aspect_ratios is None or named_ratio(req.width, req.height, lim.aspect_ratios),
-             "size", "size must have one of the aspect ratios " + ", ".join(
-                 f"{w}:{h}" for w, h in lim.aspect_ratios or ())),
         ]
         for ok, param, message in checks:
             if not ok:

@@ -10,10 +10,11 @@ from __future__ import annotations
 import asyncio
 import copy
 import importlib
+import importlib.metadata
 import queue
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -61,8 +62,42 @@ def gpu_import(module: str) -> Any:
         ) from exc
 
 
+# The engine stack this code is written against; pyproject's [gpu] extra pins the same.
+ENGINE_STACK = {"vllm": "0.30.0", "vllm-omni": "0.30.0"}
+
+
+def installed_stack() -> dict[str, str | None]:
+    """The installed version of each distribution of ENGINE_STACK (None: not installed)."""
+    found: dict[str, str | None] = {}
+    for dist in ENGINE_STACK:
+        try:
+            found[dist] = importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            found[dist] = None
+    return found
+
+
+def check_engine_stack(found: Mapping[str, str | None]) -> None:
+    """Refuse an engine stack the code was not written for, before anything imports it.
+
+    vllm-omni patches vLLM's v1 engine classes for one vllm line and only warns on a
+    mismatch (vllm_omni/version.py:26-49); the engine then breaks deep inside, or in
+    ways nobody sees. A missing distribution is left to ``gpu_import``'s message.
+    """
+    wrong = [f"{dist} {version}" for dist, version in found.items()
+             if version is not None and version.split("+")[0] != ENGINE_STACK[dist]]
+    if wrong:
+        pins = " and ".join(f"{d}=={v}" for d, v in ENGINE_STACK.items())
+        raise ConfigurationError(
+            f"this install has {', '.join(wrong)}; the GPU pipelines need {pins} (the [gpu] "
+            "extra's pins): reinstall with pip install -e '.[gpu]', or build Dockerfile.gpu",
+            code="engine_version_mismatch")
+
+
 def build_async_omni(model: str, deploy_config: str | None = None, **kwargs: Any) -> Any:
-    """The production engine: ``vllm_omni.AsyncOmni(model, deploy_config=...)``."""
+    """The production engine: ``vllm_omni.AsyncOmni(model, deploy_config=...)``, on the
+    engine stack it was written for."""
+    check_engine_stack(installed_stack())
     vllm_omni = gpu_import("vllm_omni")
     if deploy_config is not None:
         kwargs["deploy_config"] = deploy_config

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import importlib
 
-from core.errors import ModelNotFound, clip
+from core.errors import ConfigurationError, ModelNotFound, clip
 
 from .base import Pipeline, PipelineSpec
 
@@ -41,6 +41,22 @@ def get_spec(name: str) -> PipelineSpec:
 
 def all_specs(enabled: list[str]) -> list[PipelineSpec]:
     return [get_spec(name) for name in enabled]
+
+
+def served_pipelines(requested: list[str] | None, enabled: list[str]) -> list[str]:
+    """The pipelines a worker serves: those it was asked for (``--pipeline``), or every
+    enabled one. A pipeline outside ``OMNIJOBS_PIPELINES`` is refused: the API reads the
+    same list, so it would answer 404 for the model while the worker waited for jobs."""
+    names = requested or enabled
+    for name in names:
+        get_spec(name)  # registered at all
+    missing = [name for name in names if name not in enabled]
+    if missing:
+        raise ConfigurationError(
+            f"pipeline '{clip(missing[0])}' is not in OMNIJOBS_PIPELINES "
+            f"({', '.join(enabled) or 'empty'}), the list the API accepts models from: add "
+            "it there, for the API and every worker alike", code="pipeline_not_enabled")
+    return names
 
 
 def resolve_model(model: str, enabled: list[str], aliases: dict[str, str]) -> PipelineSpec:

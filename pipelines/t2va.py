@@ -18,6 +18,22 @@ multiple of 32 (:199-200; decode crops to it, pipeline_minimax_h3.py:2094). We r
 what the engine would refuse at submit, accept its grid, and record what it made.
 Those modules import torch, so the constants are copied here (the API validates without
 vllm-omni); tests pin them against vllm-omni's source.
+
+What H3 does not honour is refused at submit, never passed on to be ignored: it is
+CFG-distilled with no negative branch (pipeline_minimax_h3.py:837), so
+``negative_prompt`` is a 400, and so is ``guidance_scale`` (only FastH3 reads it, to
+refuse anything but 1, fasth3_checkpoint.py:130-131). H3 always renders its audio (only
+Cosmos3 reads ``generate_sound``, pipeline_cosmos3.py:1796), so ``generate_audio: false``
+is honoured in finalize: the track is left out, of a pre-encoded MP4 too.
+
+Sizes: explicit width and height skip H3's canvas policy (short edge 768, area capped at
+768x1344, preprocessing.py:35-36, :152-169), so the spec holds a size to that area
+itself, and accepts the policy's own canvases (1536x672 is 21:9 to the engine, though
+2 % off it).
+
+The engine answers once, when all ``n`` clips are rendered, so the silence that counts
+as a hung engine (option ``request_timeout_s``, default 1800 s) is per clip of up to 5 s
+and grows with ``n`` and with the rendered length.
 """
 
 from __future__ import annotations
@@ -47,6 +63,24 @@ H3_FPS = 24  # MINIMAX_H3_FPS, encoder_processing.py:45
 H3_MIN_S, H3_MAX_S = 4.0, 15.0  # encoder_processing.py:46-47 (long_video.py:29 without long_video)
 H3_FRAME_GRID = (17, 5)  # time_request.py:10-17
 H3_SIZE_MULTIPLE = 32  # encoder_processing.py:199-200
+# MINIMAX_H3_OUTPUT_SHORT_EDGE and _MAX_PIXELS, preprocessing.py:35-36
+H3_SHORT_EDGE, H3_MAX_PIXELS = 768, 768 * 1344
+TIMEOUT_CLIP_S = 5.0  # request_timeout_s covers one clip up to this long
+
+
+def h3_canvas(ratio: tuple[int, int]) -> tuple[int, int]:
+    """(width, height) of H3's canvas for a named ratio, as its policy computes it
+    (``resolve_minimax_h3_output_canvas``, preprocessing.py:152-169)."""
+    aspect = ratio[0] / ratio[1]
+    width, height = ((H3_SHORT_EDGE * aspect, float(H3_SHORT_EDGE)) if aspect >= 1.0
+                     else (float(H3_SHORT_EDGE), H3_SHORT_EDGE / aspect))
+    if width * height > H3_MAX_PIXELS:
+        scale = (H3_MAX_PIXELS / (width * height)) ** 0.5
+        width, height = width * scale, height * scale
+    return tuple(max(32, int(round(v / 32)) * 32) for v in (width, height))
+
+
+H3_CANVASES = {h3_canvas(ratio): ratio for ratio in H3_RATIOS}
 
 
 def diffusion_params(params: list[Any]) -> Any:
@@ -59,7 +93,7 @@ def diffusion_params(params: list[Any]) -> Any:
 
 def aspect_ratio(width: int, height: int) -> str:
     """The named ratio H3 needs (``"16:9"``); validation at submit guarantees one."""
-    ratio = named_ratio(width, height, H3_RATIOS)
+    ratio = H3_CANVASES.get((width, height)) or named_ratio(width, height, H3_RATIOS)
     if ratio is None:
         raise PipelineFailed(f"{width}x{height} has no supported aspect ratio", retryable=False)
     return f"{ratio[0]}:{ratio[1]}"
@@ -67,17 +101,16 @@ def aspect_ratio(width: int, height: int) -> str:
 
 def apply_request(gp: Any, request: VideoRequest, preencode: bool) -> None:
     """As vLLM-Omni's video endpoint maps a request (entrypoints/openai/serving_video.py:
-    386-396, 403-405, 425-426); the explicit ``aspect_ratio`` is what H3 requires."""
+    386-396, 403-405, 425-426); the explicit ``aspect_ratio`` is what H3 requires. What H3
+    ignores (guidance, a negative prompt, ``generate_sound``) is not sent."""
     gp.width, gp.height = request.width, request.height
     gp.num_frames = request.frames
     gp.fps, gp.frame_rate = request.fps, float(request.fps)
     gp.num_outputs_per_prompt = request.n
     if request.seed is not None:  # else the deploy's seed (42) for every job
         gp.seed = request.seed
-    if request.guidance_scale is not None:
-        gp.guidance_scale = request.guidance_scale
     gp.extra_args = dict(getattr(gp, "extra_args", None) or {})
-    gp.extra_args.update(duration=float(request.seconds), generate_sound=request.generate_audio,
+    gp.extra_args.update(duration=float(request.seconds),
                          aspect_ratio=aspect_ratio(request.width, request.height))
     if preencode:
         gp.extra_args["preencode_mp4"] = True
@@ -126,7 +159,8 @@ class MiniMaxH3(Pipeline):
                           max_height=1920, max_fps=H3_FPS, fixed_fps=H3_FPS, max_n=4,
                           default_size="1280x720", default_seconds=5.0, default_fps=H3_FPS,
                           makes_audio=True, aspect_ratios=H3_RATIOS, frame_grid=H3_FRAME_GRID,
-                          size_multiple=H3_SIZE_MULTIPLE, random_seed=True))
+                          size_multiple=H3_SIZE_MULTIPLE, random_seed=True,
+                          max_pixels=H3_MAX_PIXELS, canvases=tuple(H3_CANVASES)))
 
     # The smallest request the engine accepts: the worker proves its engine before jobs.
     WARM_UP = VideoRequest(prompt="warm up", seconds=H3_MIN_S, width=448, height=256,
@@ -141,17 +175,22 @@ class MiniMaxH3(Pipeline):
         self._preencode = bool(self.options.get("preencode_mp4", False))
         self.video(self.WARM_UP, RunContext(job_id="warmup"))
 
+    def timeout_s(self, request: VideoRequest) -> float:
+        """The engine's longest silence before it counts as hung: it answers once, when
+        all ``n`` clips are rendered, so ``request_timeout_s`` (per clip of up to 5 s)
+        grows with ``n`` and with the length the engine renders."""
+        frames, _, _ = self.spec.video.rendered(request)
+        clips = request.n * max(1.0, frames / H3_FPS / TIMEOUT_CLIP_S)
+        return float(self.options.get("request_timeout_s", 1800)) * clips
+
     def video(self, request: VideoRequest, ctx: RunContext) -> VideoResult:
         params = self._bridge.default_params()
         apply_request(diffusion_params(params), request, self._preencode)
         prompt: dict[str, Any] = {"prompt": request.prompt, "modalities": ["video"]}
-        if request.negative_prompt:
-            prompt["negative_prompt"] = request.negative_prompt
         request_id = f"{ctx.job_id}-{uuid.uuid4().hex[:8]}"
         last = None
-        timeout = float(self.options.get("request_timeout_s", 1800))
         for out in self._bridge.stream(prompt, params, request_id, ctx.is_cancelled,
-                                       timeout_s=timeout):
+                                       timeout_s=self.timeout_s(request)):
             last = out  # only the final output matters; drop the rest as they come
         if last is None:
             raise PipelineFailed("engine finished without output")

@@ -3,6 +3,7 @@ API's routes and the ``batch.*`` webhook events, so both present the same thing.
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Literal
 
 from pydantic import BaseModel
@@ -19,7 +20,7 @@ class FilePublic(BaseModel):
     expires_at: int | None
     filename: str
     purpose: str
-    status: Literal["processed"] = "processed"
+    status: Literal["processed", "expired"] = "processed"
     status_details: str | None = None
 
 
@@ -65,9 +66,11 @@ class BatchPublic(BaseModel):
 
 
 def file_view(record: FileRecord) -> FilePublic:
+    """``expired`` once the file is past ``expires_at`` (its bytes deleted, or about to be)."""
+    expired = record.expired(datetime.now(UTC))
     return FilePublic(id=record.id, bytes=record.bytes, created_at=timestamp(record.created_at),
                       expires_at=timestamp(record.expires_at), filename=record.filename,
-                      purpose=record.purpose)
+                      purpose=record.purpose, status="expired" if expired else "processed")
 
 
 def batch_view(record: BatchRecord) -> BatchPublic:

@@ -307,10 +307,12 @@ class WebhookAttempt(Base):
 
 class File(Base):
     """An OpenAI file: a batch input (``purpose=batch``) or a batch's output or error file
-    (``batch_output``). The bytes live in the object store under ``key``."""
+    (``batch_output``). The bytes live in the object store under ``key`` until
+    ``expires_at``; then they are deleted and ``expired_at`` set, the row kept."""
 
     __tablename__ = "files"
-    __table_args__ = (Index("ix_files_tenant_created", "tenant_id", "created_at", "id"),)
+    __table_args__ = (Index("ix_files_tenant_created", "tenant_id", "created_at", "id"),
+                      Index("ix_files_expires_at", "expires_at"))
 
     id: Mapped[str] = mapped_column(String(40), primary_key=True)
     tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"))
@@ -320,6 +322,7 @@ class File(Base):
     key: Mapped[str] = mapped_column(String(500))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime())
     expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    expired_at: Mapped[datetime | None] = mapped_column(UTCDateTime())  # bytes deleted
 
 
 class Batch(Base):
@@ -356,6 +359,9 @@ class Batch(Base):
     expired_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     cancelling_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     cancelled_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    # OpenAI's output_expires_after: the output and error files expire this long after
+    # they are written (None: OMNIJOBS_FILE_TTL_S)
+    output_expires_after_s: Mapped[int | None] = mapped_column(Integer)
 
 
 class BatchRejection(Base):

@@ -32,9 +32,12 @@ OBJECTS_PATH = "/v1/objects"  # where the API serves the local store's signed UR
 SIGNATURE = re.compile(r"[0-9a-f]{64}")  # hex HMAC-SHA256, as _sign writes it
 
 
-def object_key(tenant_id: str, job_id: str, index: int, extension: str) -> str:
-    """Deterministic per (job, output index): a retry overwrites instead of duplicating."""
-    return f"{tenant_id}/{job_id}/{index}.{extension}"
+def object_key(tenant_id: str, job_id: str, attempt: int, index: int, extension: str) -> str:
+    """Deterministic per (job, attempt, output index): a retry of the same attempt
+    overwrites its own object, and a stale attempt (its lease reaped) can never overwrite
+    the newer attempt's bytes. Keys written before the attempt was named
+    (``<tenant>/<job>/<index>.<ext>``) stay where their rows say."""
+    return f"{tenant_id}/{job_id}/a{attempt}/{index}.{extension}"
 
 
 @dataclass(frozen=True)
@@ -104,11 +107,20 @@ class LocalStore:
             raise NotFound("object not found")
         return path
 
-    def stream(self, key: str) -> Iterator[bytes]:
+    def open(self, key: str) -> BinaryIO:
+        """The stored file, opened now: a delete that lands later (a DELETE, retention)
+        cannot cut short a download that already holds it."""
         path = self.file(key)
+        try:
+            return path.open("rb")
+        except FileNotFoundError as exc:
+            raise NotFound("object not found") from exc
+
+    def stream(self, key: str) -> Iterator[bytes]:
+        source = self.open(key)  # here, not when the first block is asked for
 
         def chunks() -> Iterator[bytes]:
-            with path.open("rb") as f:
+            with source as f:
                 while block := f.read(CHUNK):
                     yield block
         return chunks()
@@ -197,7 +209,8 @@ class S3Store:
             if code in ("NoSuchKey", "404", "NotFound"):
                 raise NotFound("object not found") from exc
             if code == "InvalidRange":
-                raise RangeNotSatisfiable("the range asked for is outside the object") from exc
+                raise RangeNotSatisfiable("the range lies past the end of the object",
+                                          param="Range") from exc
             raise StorageFailed(f"object store {what} failed: {code or 'error'}") from exc
         except BotoCoreError as exc:
             raise StorageFailed(f"object store {what} failed: {type(exc).__name__}") from exc
@@ -247,14 +260,25 @@ class S3Store:
 
     def stream(self, key: str) -> Iterator[bytes]:
         body = self._call("get", self._client.get_object, Key=key)["Body"]
-        return body.iter_chunks(CHUNK)
+        return self._chunks(body)
+
+    @staticmethod
+    def _chunks(body) -> Iterator[bytes]:
+        """The body's blocks; a connection lost mid-read is an outage (retryable), as a
+        failed request is, not a bug."""
+        from botocore.exceptions import BotoCoreError
+
+        try:
+            yield from body.iter_chunks(CHUNK)
+        except BotoCoreError as exc:
+            raise StorageFailed(f"object store read failed: {type(exc).__name__}") from exc
 
     def read_range(self, key: str, byte_range: str | None) -> ObjectPart:
         """The object, or the ``Range`` a client sent (S3 parses and answers it), for a
         player that seeks."""
         extra = {"Range": byte_range} if byte_range else {}
         resp = self._call("get", self._client.get_object, Key=key, **extra)
-        return ObjectPart(resp["Body"].iter_chunks(CHUNK), int(resp["ContentLength"]),
+        return ObjectPart(self._chunks(resp["Body"]), int(resp["ContentLength"]),
                           resp.get("ContentRange") if byte_range else None)
 
     def delete(self, keys: list[str]) -> None:

@@ -223,6 +223,22 @@ class FileRecord:
     key: str
     created_at: datetime
     expires_at: datetime | None = None
+    expired_at: datetime | None = None  # the bytes were deleted; the record stays
+
+    def expired(self, now: datetime) -> bool:
+        """Past its expiry, whether or not maintenance has deleted the bytes yet."""
+        return self.expired_at is not None or (
+            self.expires_at is not None and self.expires_at <= now)
+
+
+@dataclass(frozen=True)
+class JobObjects:
+    """What the orphan sweep may keep under one job's prefix: a finished job's ``keys``;
+    while it is queued or running (``keys`` None) anything an attempt from
+    ``first_live_attempt`` on wrote, since earlier attempts are over (their lease reaped)."""
+
+    keys: frozenset[str] | None
+    first_live_attempt: int = 0
 
 
 @dataclass(frozen=True)
@@ -235,6 +251,7 @@ class NewFile:
     bytes: int
     key: str
     id: str = ""  # chosen by the repository unless given
+    expires_after_s: int | None = None  # from its creation; None: never
 
 
 @dataclass(frozen=True)
@@ -266,6 +283,7 @@ class BatchRecord:
     expired_at: datetime | None = None
     cancelling_at: datetime | None = None
     cancelled_at: datetime | None = None
+    output_expires_after_s: int | None = None
 
 
 @dataclass(frozen=True)

@@ -98,7 +98,8 @@ def _store(rt: WorkerRuntime, batch: BatchRecord, kind: str, spool: IO[bytes]
     spool.seek(0)
     rt.store.put_file(key, spool, "application/jsonl")
     return NewFile(id=file_id, tenant_id=batch.tenant_id, purpose="batch_output",
-                   filename=f"{batch.id}_{kind}.jsonl", bytes=size, key=key)
+                   filename=f"{batch.id}_{kind}.jsonl", bytes=size, key=key,
+                   expires_after_s=batch.output_expires_after_s or rt.settings.file_ttl_s)
 
 
 def _result_lines(rt: WorkerRuntime, batch: BatchRecord, final: BatchStatus

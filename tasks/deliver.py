@@ -5,10 +5,18 @@ Runs on the ``webhooks`` queue, never on a render worker's, so a busy accelerato
 delays a delivery and a slow receiver never delays a render. A periodic tick locks due
 deliveries (``WebhookRepository.claim_due``) and sends one task each; a task that dies
 leaves its lock to expire, and the tick dispatches the delivery again: no event is lost.
+
+An attempt has a wall-clock deadline (``OMNIJOBS_WEBHOOK_TIMEOUT_S``) over everything:
+connect, send, and the response's status line and headers, so a receiver that trickles
+its headers a byte at a time (each read well inside any per-read timeout) is cut off
+and its socket closed when the deadline passes. The headers are capped by the HTTP
+parser (100 kB), the body is never read. Whatever an attempt raises is a failed attempt
+with its reason, recorded and retried on schedule, never an attempt that vanishes.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import random
@@ -23,7 +31,7 @@ import httpx
 from celery import Celery
 from standardwebhooks import Webhook
 
-from core.errors import WebhookUrlRefused
+from core.errors import OmniJobsError, WebhookUrlRefused, clip
 from core.settings import Settings
 from core.ssrf import Resolver, Target, check_url, system_resolver
 from storage.batch_views import batch_view
@@ -135,38 +143,51 @@ def parse_retry_after(value: str | None) -> float | None:
 
 def _pinned(target: Target) -> tuple[str, dict[str, str], dict]:
     """The URL with the checked address in place of the name, so the connection goes
-    where the guard looked (DNS rebinding); Host and TLS SNI keep the name."""
+    where the guard looked (DNS rebinding); Host and TLS SNI keep the (IDNA) name."""
     parts = urlsplit(target.url)
     ip = target.addresses[0]
     netloc = f"[{ip}]:{target.port}" if ":" in ip else f"{ip}:{target.port}"
     url = urlunsplit((parts.scheme, netloc, parts.path or "/", parts.query, ""))
     extensions = {"sni_hostname": target.host} if target.scheme == "https" else {}
-    return url, {"host": parts.netloc}, extensions
+    return url, {"host": target.host_header}, extensions
+
+
+async def _post(url: str, body: bytes, headers: dict[str, str], extensions: dict,
+                deadline_s: float) -> tuple[int, float | None]:
+    """(status, Retry-After) of one POST, all of it within ``deadline_s``: on expiry the
+    read is cancelled and the connection closed (TimeoutError)."""
+    async with asyncio.timeout(deadline_s), httpx.AsyncClient(
+            timeout=deadline_s, follow_redirects=False, trust_env=False) as client:
+        async with client.stream("POST", url, content=body, headers=headers,
+                                 extensions=extensions) as resp:
+            return resp.status_code, parse_retry_after(resp.headers.get("retry-after"))
 
 
 def send(url: str, body: str, headers: dict[str, str], settings: Settings,
          resolver: Resolver = system_resolver) -> SendResult:
-    """One POST: SSRF-checked at this moment, no redirects followed, body not read."""
+    """One POST: SSRF-checked at this moment, no redirects followed, body not read, a
+    wall-clock deadline over the whole exchange."""
     started = time.monotonic()
 
     def result(code: int | None, error: str | None, retry_after: float | None = None):
         return SendResult(code, error, int((time.monotonic() - started) * 1000), retry_after)
 
+    timeout = settings.webhook_timeout_s
     try:
         target = check_url(url, settings.webhook_networks, resolver)
         pinned, host, extensions = _pinned(target)
-        with httpx.Client(timeout=settings.webhook_timeout_s, follow_redirects=False,
-                          trust_env=False) as client, client.stream(
-                "POST", pinned, content=body.encode(), headers={**headers, **host},
-                extensions=extensions) as resp:
-            return result(resp.status_code, None, parse_retry_after(resp.headers.get(
-                "retry-after")))
+        code, retry_after = asyncio.run(_post(pinned, body.encode(), {**headers, **host},
+                                              extensions, timeout))
+        return result(code, None, retry_after)
     except WebhookUrlRefused as exc:
         return result(None, exc.message[:300])
-    except httpx.TimeoutException:
-        return result(None, f"timed out after {settings.webhook_timeout_s:g} s")
+    except (TimeoutError, httpx.TimeoutException):
+        return result(None, f"timed out after {timeout:g} s")
     except httpx.HTTPError as exc:
-        return result(None, f"{type(exc).__name__}: {str(exc)[:200]}")
+        return result(None, f"{type(exc).__name__}: {clip(str(exc), 200)}")
+    except Exception as exc:  # anything else is still this attempt's failure, recorded
+        log.warning("webhook attempt to %s raised", url_host(url), exc_info=True)
+        return result(None, f"{type(exc).__name__}: {clip(str(exc), 200)}")
 
 
 def send_test(settings: Settings, url: str, secrets: tuple[str, ...], event_type: str
@@ -218,22 +239,38 @@ def schedule_due(rt: WorkerRuntime, app: Celery) -> int:
     return len(claimed)
 
 
+def attempt(rt: WorkerRuntime, work: DeliveryWork) -> SendResult:
+    """Build, sign and send the event. An outage (retryable) propagates: the lock runs
+    out and the delivery is dispatched again; any other error is this attempt's failure."""
+    started = time.monotonic()
+    try:
+        body = event_body(work.event_id, work.event_type, work.event_created_at,
+                          resource_data(rt, work))
+        secret = rt.webhooks.secret_of(work.endpoint_id or work.tenant_id, work.tenant_id)
+        now = datetime.now(UTC)
+        headers = signed_headers(secret.active(now), work.event_id, int(now.timestamp()),
+                                 body)
+        return send(work.url, body, headers, rt.settings)
+    except Exception as exc:
+        if isinstance(exc, OmniJobsError) and exc.retryable:
+            raise
+        log.warning("webhook %s could not be prepared", work.event_id, exc_info=True)
+        return SendResult(None, f"{type(exc).__name__}: the event could not be prepared",
+                          int((time.monotonic() - started) * 1000))
+
+
 def deliver(rt: WorkerRuntime, app: Celery, delivery_id: int, token: str) -> str:
     settings = rt.settings
     work = rt.webhooks.start(delivery_id, token, lock_s(settings))
     if work is None:
         return "skipped"
-    body = event_body(work.event_id, work.event_type, work.event_created_at,
-                      resource_data(rt, work))
-    secret = rt.webhooks.secret_of(work.endpoint_id or work.tenant_id, work.tenant_id)
     now = datetime.now(UTC)
-    headers = signed_headers(secret.active(now), work.event_id, int(now.timestamp()), body)
-    result = send(work.url, body, headers, settings)
+    result = attempt(rt, work)
     status, next_at = next_step(settings, work.attempts, result)
-    attempt = AttemptRecord(attempted_at=now, url_host=url_host(work.url),
-                            status_code=result.status_code, error=result.error,
-                            duration_ms=result.duration_ms, next_attempt_at=next_at)
-    following = rt.webhooks.finish(work, attempt, status, lock_s(settings))
+    record = AttemptRecord(attempted_at=now, url_host=url_host(work.url),
+                           status_code=result.status_code, error=result.error,
+                           duration_ms=result.duration_ms, next_attempt_at=next_at)
+    following = rt.webhooks.finish(work, record, status, lock_s(settings))
     if following is None:
         log.warning("webhook delivery %s was taken over while we sent it", work.id)
         return "lost"
@@ -242,7 +279,7 @@ def deliver(rt: WorkerRuntime, app: Celery, delivery_id: int, token: str) -> str
     WEBHOOK_REQUEST_SECONDS.observe(result.duration_ms / 1000)
     if status == SUCCEEDED:
         WEBHOOK_LATENCY.observe((datetime.now(UTC) - work.event_created_at).total_seconds())
-    log.info("webhook %s to %s: %s (%s)", work.event_id, attempt.url_host, outcome,
+    log.info("webhook %s to %s: %s (%s)", work.event_id, record.url_host, outcome,
              result.status_code or result.error, extra={"job_id": work.job_id})
     for next_id, next_token in following:
         dispatch(app, next_id, next_token)

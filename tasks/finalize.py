@@ -28,7 +28,9 @@ Guard = Callable[[], None]  # raises JobCancelled when the job is no longer ours
 
 
 def output_key(job: JobRecord, index: int, extension: str) -> str:
-    return object_key(job.tenant_id, job.id, index, extension)
+    """Where this attempt's output ``index`` goes (``<tenant>/<job>/a<attempt>/...``):
+    every object a job's attempt writes takes its key from here."""
+    return object_key(job.tenant_id, job.id, job.attempts, index, extension)
 
 
 def _upload(store: ObjectStore, guard: Guard, key: str, data: bytes, content_type: str) -> str:
@@ -109,10 +111,12 @@ def _preencoded_output(store: ObjectStore, guard: Guard, job: JobRecord, index: 
                        data: bytes, request: VideoRequest, declared: tuple[int, int, int],
                        want_audio: bool, bounds: AudioBounds) -> OutputRecord:
     """An MP4 the pipeline already muxed: probe it, check it, upload it never re-encoded.
-    One whose index is at the end is remuxed to faststart by stream copy first."""
+    One whose index is at the end, or with sound nobody asked for, is remuxed by stream
+    copy first (faststart, the audio track left out)."""
     probe = probe_video(data)
-    if probe.frames > 0 and not probe.faststart:
-        data = remux_faststart(data)
+    unwanted_audio = probe.audio is not None and not want_audio
+    if probe.frames > 0 and (not probe.faststart or unwanted_audio):
+        data = remux_faststart(data, keep_audio=want_audio)
         probe = probe_video(data)
     if probe.frames <= 0 or probe.fps <= 0:
         raise OutputInvalid("pre-encoded video has no frames", code="no_frames")

@@ -30,30 +30,54 @@ def notify(bus: Bus | None, job_id: str) -> None:
 class AudioTap:
     """Sends each chunk's new samples (``AudioAggregator.add``'s return value) once a
     listener exists. A listener that arrives late first gets everything aggregated so
-    far in one chunk, so what it receives is always exactly the job's audio."""
+    far in one chunk, and a write that failed is made up by the next one (which carries
+    everything not yet sent), so what a listener receives is always exactly the job's
+    audio, in order. After ``MAX_FAILURES`` failed writes in a row the tap gives up, so a
+    bus that is down costs the accelerator nothing more; the API then sees a stream
+    short of the stored output and says so."""
+
+    MAX_FAILURES = 3
 
     def __init__(self, bus: Bus | None, job_id: str, attempt: int) -> None:
         self.bus, self.job_id, self.attempt = bus, job_id, attempt
         self.live = False
         self.seq = 0
+        self.sent = 0  # frames of the aggregate the listener has
+        self.failures = 0
 
     def add(self, added: np.ndarray, aggregator: AudioAggregator) -> None:
-        if self.bus is None:
+        if self.bus is None or not self._listened():
             return
+        missing = aggregator.frames - self.sent
+        if missing <= 0:
+            return
+        samples = added if missing == added.shape[1] else (
+            aggregator.result().samples[:, self.sent:])
         try:
-            if not self.live:
-                if not self.bus.listening(self.job_id):
-                    return
-                self.live = True
-                if aggregator.frames == 0:
-                    return
-                added = aggregator.result().samples
-            if added.shape[1] == 0:
-                return
-            self.bus.add_audio(self.job_id, self.attempt, self.seq, added,
+            self.bus.add_audio(self.job_id, self.attempt, self.seq, samples,
                                aggregator.sample_rate)
-            self.seq += 1
         except Exception:
-            log.warning("audio chunk of %s not streamed; streaming stops", self.job_id,
-                        exc_info=True, extra={"job_id": self.job_id})
+            self._failed()
+            return
+        self.seq, self.sent, self.failures = self.seq + 1, aggregator.frames, 0
+
+    def finish(self, aggregator: AudioAggregator) -> None:
+        """After the last chunk: one more try at anything a failed write left unsent."""
+        self.add(np.zeros((1, 0), np.float32), aggregator)
+
+    def _listened(self) -> bool:
+        if not self.live:
+            try:
+                self.live = self.bus.listening(self.job_id)
+            except Exception:
+                self._failed()
+        return self.live
+
+    def _failed(self) -> None:
+        self.failures += 1
+        give_up = self.failures >= self.MAX_FAILURES
+        log.warning("audio of %s not streamed%s", self.job_id,
+                    "; streaming stops" if give_up else "; the next chunk carries it",
+                    exc_info=True, extra={"job_id": self.job_id})
+        if give_up:
             self.bus = None

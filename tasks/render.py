@@ -55,6 +55,7 @@ def generate(rt: WorkerRuntime, job: JobRecord, lease: Lease) -> Any:
         tap = AudioTap(rt.bus, job.id, job.attempts)
         for piece in pipeline.speech(SpeechRequest.from_dict(job.request), ctx):
             tap.add(aggregator.add(piece.samples, piece.sample_rate), aggregator)
+        tap.finish(aggregator)
         return aggregator.result()
     if job.kind is JobKind.VIDEO:
         return pipeline.video(VideoRequest.from_dict(job.request), ctx)

@@ -3,9 +3,12 @@
 - Outputs expire ``OMNIJOBS_OUTPUT_TTL_S`` after completion: their objects are deleted,
   the job keeps its record (its outputs shown as expired).
 - Finished jobs are deleted ``OMNIJOBS_JOB_TTL_S`` after they ended, objects first.
+- Files (batch inputs and results) expire at their ``expires_at``: their objects are
+  deleted, the record stays (``expired``).
 - Orphans: an object under ``<tenant>/<job>/`` whose job no longer exists, or which
   its (finished) job does not list, is deleted, whatever the order in which a delete, a
-  cancel and a worker's last upload happened.
+  cancel and a worker's last upload happened; so is one that a superseded attempt wrote
+  (``<tenant>/<job>/a<n>/...`` with n below the attempt that may still write).
 """
 
 from __future__ import annotations
@@ -17,13 +20,14 @@ from itertools import islice
 
 from celery import Celery
 
-from storage.records import JobRecord
+from storage.records import JobObjects, JobRecord
 
 from .runtime import WorkerRuntime
 
 log = logging.getLogger(__name__)
 
-JOB_KEY = re.compile(r"^[^/]+/((?:job|video)_[0-9a-f]{32})/[^/]+$")
+# <tenant>/<job>/[a<attempt>/]<name>: keys name their attempt; older ones did not
+JOB_KEY = re.compile(r"^[^/]+/((?:job|video)_[0-9a-f]{32})/(?:a([0-9]{1,9})/)?[^/]+$")
 BATCH = 500
 MAX_BATCHES = 20  # per run, so one step never holds its thread for long
 
@@ -66,25 +70,48 @@ def expire_jobs(rt: WorkerRuntime) -> int:
                        forget)
 
 
+def expire_files(rt: WorkerRuntime) -> int:
+    """Delete the bytes of files past their expiry (object first, then the mark, so a
+    crash in between only repeats the delete)."""
+    done = 0
+    for _ in range(MAX_BATCHES):
+        files = rt.files.to_expire(limit=BATCH)
+        for record in files:
+            rt.store.delete([record.key])
+            done += rt.files.mark_expired(record.id)
+        if len(files) < BATCH:
+            break
+    return done
+
+
 def apply_retention(rt: WorkerRuntime, _app: Celery) -> int:
-    return expire_outputs(rt) + expire_jobs(rt)
+    return expire_outputs(rt) + expire_jobs(rt) + expire_files(rt)
 
 
-def _job_keys(keys: Iterable[str]) -> Iterator[tuple[str, str]]:
+def _job_keys(keys: Iterable[str]) -> Iterator[tuple[str, int | None, str]]:
+    """(job id, attempt or None for a key that names none, key) of each job's object."""
     for key in keys:
         if match := JOB_KEY.match(key):
-            yield match.group(1), key
+            attempt = match.group(2)
+            yield match.group(1), int(attempt) if attempt else None, key
 
 
-def orphans_among(rt: WorkerRuntime, pairs: list[tuple[str, str]]) -> list[str]:
-    owned = rt.jobs.live_keys(sorted({job for job, _ in pairs}))
-    return [key for job, key in pairs
-            if job not in owned or (owned[job] is not None and key not in owned[job])]
+def _orphaned(objects: JobObjects | None, attempt: int | None, key: str) -> bool:
+    if objects is None:  # the job no longer exists
+        return True
+    if objects.keys is not None:  # finished: only what it lists
+        return key not in objects.keys
+    return attempt is not None and attempt < objects.first_live_attempt
+
+
+def orphans_among(rt: WorkerRuntime, found: list[tuple[str, int | None, str]]) -> list[str]:
+    owned = rt.jobs.live_keys(sorted({job for job, _, _ in found}))
+    return [key for job, attempt, key in found if _orphaned(owned.get(job), attempt, key)]
 
 
 def sweep_orphans(rt: WorkerRuntime, _app: Celery) -> int:
     """Delete objects no job owns. Keys that don't look like ``<tenant>/<job id>/<name>``
-    are never touched."""
+    (or ``<tenant>/<job id>/a<attempt>/<name>``) are never touched."""
     removed = 0
     pairs = _job_keys(rt.store.list_keys())
     while chunk := list(islice(pairs, BATCH)):

@@ -16,11 +16,13 @@ Behaviour per engine:
   DELTA outputs carry only new samples (several unconsolidated chunks in a list,
   the finished one a tensor), CUMULATIVE outputs a consolidated snapshot per step,
   FINAL_ONLY one finished output. TTA is one full-payload output capped at 10 s.
-- MiniMax-H3: frames (B outputs, seed + index each) with (B, 2, N) 32 kHz audio as
-  long as the aligned clip, or pre-encoded MP4s written like vLLM-Omni's
+- MiniMax-H3: frames (B outputs, seed + index each) with (B, 2, N) 32 kHz audio on
+  H3's own 40 Hz latent grid plus a decoder edge of up to one latent (so not exactly the
+  clip's length, as a real decoder's is not), or pre-encoded MP4s written like vLLM-Omni's
   ``mux_av_video_audio_bytes`` (index at the end, no faststart) with ``audio: [None]``.
 
-Prompt markers choose failure behaviour: ``[silent]``, ``[slow]``, ``[die]`` (once per
+Prompt markers choose failure behaviour: ``[silent]``, ``[slow]`` (for H3: 6 ms per
+frame of every clip before its one answer), ``[die]`` (once per
 ``die_marker`` file), ``[model_outputs]``, ``[hang]``, ``[engine-abort]``,
 ``[guardrail]`` (a GuardrailViolationError, i.e. an OmniClientError) and ``[drawl]`` (a
 speaker four times slower than usual).
@@ -30,8 +32,10 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import importlib.metadata
 import io
 import math
+import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -43,6 +47,7 @@ from typing import Any
 import av
 import numpy as np
 
+from pipelines.omni_bridge import check_engine_stack
 from tests import omni_source as src
 
 OmniClientError = src.errors_module().OmniClientError
@@ -61,8 +66,9 @@ def topology(deploy_config: str) -> list[tuple[str, str, dict]]:
     deploy: the yaml's ``default_sampling_params`` under the stage's constraints."""
     yml = src.deploy(deploy_config)
     stages = _TOPOLOGIES[yml["pipeline"]]
-    return [(name, kind, {**stage.get("default_sampling_params", {}), **constraints})
-            for (name, kind, constraints), stage in zip(stages, yml["stages"], strict=True)]
+    return [(st.model_stage, st.execution_type,
+             {**stage.get("default_sampling_params", {}), **st.constraints})
+            for st, stage in zip(stages, yml["stages"], strict=True)]
 
 
 def stage0_yaml(deploy_config: str) -> dict:
@@ -93,6 +99,12 @@ h3_shape = src.function(_H3 + "encoder_processing.py", "resolve_minimax_h3_shape
 H3_FPS = _H3_CONST["MINIMAX_H3_FPS"]
 H3_RATE = _H3_CONST["MINIMAX_H3_AUDIO_SAMPLE_RATE"]
 H3_AUDIO_LATENT_HZ = 40  # time_request.py:34-36 rounds audio at the 40 Hz latent boundary
+# The audio VAE decoder is the checkpoint's own code (vae.py:1071-1072) and its waveform
+# is handed back untrimmed (pipeline_minimax_h3.py:2095-2097, :352-396), so a real track
+# is not exactly its latent count x 800 samples: the fake's runs up to one latent either
+# way (per request seed), on top of the latent grid's own rounding against the video.
+H3_DECODER_EDGE = H3_RATE // H3_AUDIO_LATENT_HZ
+H3_SLOW_S_PER_FRAME = 0.006  # "[slow]": render time per frame of every clip
 H3_DEFAULT_SEED = 42  # pipeline_minimax_h3.py:2595 (and minimax_h3_disaggregated.yaml:45)
 
 _AUDEX = "model_executor/models/audex/"
@@ -104,6 +116,78 @@ TTA_CAP_S = src.constants(_AUDEX + "audex_xcodec.py")["_DEFAULT_MAX_TTA_FRAMES"]
 _STREAM = src.deploy("audex_tts.yaml")["connectors"]["connector_of_shared_memory"]["extra"]
 CHUNK_FRAMES, FIRST_CHUNK_FRAMES = (_STREAM["codec_chunk_frames"],
                                     _STREAM["initial_codec_chunk_frames"])
+
+
+# ---- what the real engine refuses at construction -------------------------------------
+
+# The structured owners of engine arguments (config/omni_config.py:106-278, 790-): every
+# stage owns the common ones, LLM stages the pooling ones, diffusion stages the
+# diffusion projection's. The real config raises ValueError for a stage field that no
+# stage of the pipeline owns (:420-440, :1299-1327); the fake refuses every name without
+# an owner (the real one leaves a name it has never heard of unused, which is no better).
+_CFG = "config/omni_config.py"
+_COMMON_OWNED = frozenset({"compilation_config", "profiler_config"}).union(
+    *(src.annotations(_CFG, f"_{c}EngineOverrides") for c in (
+        "Quantization", "Model", "Load", "Cache", "Scheduler", "Runtime", "ParallelConfig",
+        "Parallel", "Connector")))
+OWNED = {"LLM_AR": _COMMON_OWNED | src.annotations(_CFG, "_PoolingEngineOverrides"),
+         "DIFFUSION": _COMMON_OWNED | src.annotations(_CFG, "_DiffusionConfigProjection")}
+OWNED["LLM_GENERATION"] = OWNED["LLM_AR"]
+# The entrypoint's own keywords (entrypoints/omni_base.py:181-206,
+# engine/omni_engine_base.py:130-196), and the fake's own die_marker.
+ENTRYPOINT_KWARGS = frozenset({
+    "stage_init_timeout", "init_timeout", "log_stats", "enable_ar_profiler", "async_chunk",
+    "output_modalities", "tts_batch_max_items", "tokenizer", "trust_remote_code",
+    "enable_orch_monitor", "omni_master_address", "omni_master_port", "omni_dp_size_local",
+    "omni_lb_policy", "omni_heartbeat_timeout", "parallel_stage_init", "die_marker"})
+REMOVED_KWARGS = {"diffusion_batch_size": "max_num_seqs",  # omni_base.py:192-196
+                  "log_requests": "log_stats"}
+FAKE_VLLM_VERSION = "0.30.0"  # the vllm the fake stands in for: vllm-omni 0.30.0's line
+
+
+def check_engine_kwargs(pipeline: str, stages: list[src.Stage], kwargs: dict) -> None:
+    for old, new in REMOVED_KWARGS.items():
+        if old in kwargs:
+            raise TypeError(f"`{old}` has been removed in Omni/AsyncOmni. Use `{new}`.")
+    owned = set().union(*(OWNED[st.execution_type] for st in stages))
+    unowned = []
+    for key in set(kwargs) - ENTRYPOINT_KWARGS:
+        scoped = re.fullmatch(r"stage_(\d+)_(\w+)", key)
+        if scoped:  # stage-scoped: that stage must exist and own the field
+            index, name = int(scoped.group(1)), scoped.group(2)
+            if index >= len(stages) or name not in OWNED[stages[index].execution_type]:
+                unowned.append(key)
+        elif key not in owned:
+            unowned.append(key)
+    if unowned:
+        raise ValueError(f"Pipeline {pipeline!r} has explicit engine argument(s) with no "
+                         f"structured config owner: {', '.join(sorted(unowned))}")
+
+
+def check_model_path(model: str, stages: list[src.Stage]) -> None:
+    """Each stage's folder is joined onto ``model`` (engine/stage_init_utils.py:234-303):
+    a local folder must hold every one (:259-269); a path that is not a folder is taken
+    for a hub id, and a ``checkpoint_folder_*`` path is no repository
+    (model_executor/models/audex/checkpoint.py:92-124)."""
+    subdirs = [d for st in stages for d in st.subdirs]
+    if not subdirs:
+        return
+    if Path(model).is_dir():
+        missing = sorted({d for d in subdirs if not (Path(model) / d).is_dir()})
+        if missing:
+            raise RuntimeError(f"[stage_init] Model directory {model!r} has no {missing} "
+                               "subfolder; the stage cannot be initialized from it.")
+    elif Path(model).name.startswith("checkpoint_folder"):
+        raise RuntimeError(f"Could not resolve the Audex repo {model!r} (profile 'tts'): the "
+                           "download failed and no cached snapshot with the required "
+                           "folders was found.")
+
+
+def fake_stack() -> dict[str, str | None]:
+    """The engine stack the fake pretends to be: the installed vllm-omni (whose source
+    it reads) beside the vllm it stands in for (``FAKE_OMNI_VLLM_VERSION`` overrides)."""
+    return {"vllm": os.environ.get("FAKE_OMNI_VLLM_VERSION", FAKE_VLLM_VERSION),
+            "vllm-omni": importlib.metadata.version("vllm-omni")}
 
 
 class FakeEngineDeadError(RuntimeError):
@@ -190,8 +274,12 @@ def codec_chunks(full: np.ndarray) -> list[np.ndarray]:
 
 class FakeOmni:
     def __init__(self, model: str, deploy_config: str | None = None, **kwargs: Any) -> None:
+        check_engine_stack(fake_stack())  # as the production factory does, first
         self.model = model
         self.deploy_config = deploy_config or "audex_tts.yaml"
+        pipeline = src.deploy(self.deploy_config)["pipeline"]
+        check_engine_kwargs(pipeline, _TOPOLOGIES[pipeline], kwargs)
+        check_model_path(model, _TOPOLOGIES[pipeline])
         stages = topology(self.deploy_config)
         self.stages = tuple(name for name, _, _ in stages)
         self.max_model_len = stage0_yaml(self.deploy_config).get("max_model_len")
@@ -224,7 +312,7 @@ class FakeOmni:
             self.errored = True
             raise FakeEngineDeadError("EngineCore died")
         if self.stages[0] == "encoder":
-            yield self._video(params, prompt)
+            yield await self._video(params, prompt)
             return
         async for out in self._audio(text, params, request_id):
             self.emitted_samples += audio_samples(out.multimodal_output)
@@ -289,7 +377,7 @@ class FakeOmni:
 
     # ---- MiniMax-H3 --------------------------------------------------------------------
 
-    def _video(self, params: list, prompt: dict) -> SimpleNamespace:
+    async def _video(self, params: list, prompt: dict) -> SimpleNamespace:
         """pipeline_minimax_h3.py:2621-2691 (forward) and :352-396 (_minimax_h3_post_process)."""
         diffusion = [p for p in params if isinstance(p, DiffusionParams)]
         if len(diffusion) != 1:  # stage_input_processors/minimax_h3.py:22-33
@@ -302,8 +390,11 @@ class FakeOmni:
         seed = gp.seed if gp.seed is not None else H3_DEFAULT_SEED
         seeds = [seed + i for i in range(int(gp.num_outputs_per_prompt))]
         samples = audio_t * H3_RATE // H3_AUDIO_LATENT_HZ
+        if "[slow]" in prompt["prompt"]:  # one answer, after every clip is rendered
+            await asyncio.sleep(H3_SLOW_S_PER_FRAME * frames * len(seeds))
         meta = {"audio": {"sample_rate": H3_RATE}, "video": {"fps": H3_FPS}}
         clips = [self._frames(frames, height, width, s) for s in seeds]
+        samples += decoder_edge(seed)  # one (B, 2, N) batch: the same length for every clip
         tracks = [self._audio_track(samples, s) for s in seeds]
         if gp.extra_args.get("preencode_mp4"):
             encoded = [mux_like_vllm_omni(c, t) for c, t in zip(clips, tracks, strict=True)]
@@ -325,6 +416,12 @@ class FakeOmni:
         pitch = 220 + seed % 200
         return tensor(np.stack([0.3 * np.sin(2 * np.pi * pitch * t),
                                 0.3 * np.sin(2 * np.pi * 1.5 * pitch * t)]))
+
+
+def decoder_edge(seed: int) -> int:
+    """Samples the fake H3 audio decoder adds (or drops) for a request's seed: within one
+    latent."""
+    return seed * 7919 % (2 * H3_DECODER_EDGE + 1) - H3_DECODER_EDGE
 
 
 def mux_like_vllm_omni(frames: np.ndarray, audio: np.ndarray) -> bytes:

@@ -14,6 +14,7 @@ import ast
 import copy
 import functools
 import importlib.util
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -78,12 +79,22 @@ class _DropImports(ast.NodeTransformer):
         return None
 
 
-def pipelines(rel: str) -> dict[str, list[tuple[str, str, dict[str, Any]]]]:
+@dataclass(frozen=True)
+class Stage:
+    """One ``StagePipelineConfig`` of a pipeline topology, as far as the fake needs it."""
+
+    model_stage: str
+    execution_type: str  # LLM_AR, LLM_GENERATION, DIFFUSION
+    constraints: dict[str, Any]
+    subdirs: tuple[str, ...]  # model_subdir and tokenizer_subdir: joined onto the model
+
+
+def pipelines(rel: str) -> dict[str, list[Stage]]:
     """``PipelineConfig(model_type=..., stages=(StagePipelineConfig(model_stage=...,
-    execution_type=StageExecutionType.X, sampling_constraints=...), ...))`` ->
-    {model_type: [(model_stage, X, constraints)]}."""
+    execution_type=StageExecutionType.X, sampling_constraints=..., model_subdir=...), ...))``
+    -> {model_type: [Stage]}."""
     consts = constants(rel)
-    found: dict[str, list[tuple[str, str, dict[str, Any]]]] = {}
+    found: dict[str, list[Stage]] = {}
     for call in ast.walk(_tree(rel)):
         if not (isinstance(call, ast.Call) and getattr(call.func, "id", "") == "PipelineConfig"):
             continue
@@ -92,10 +103,21 @@ def pipelines(rel: str) -> dict[str, list[tuple[str, str, dict[str, Any]]]]:
         for stage in kw["stages"].elts:
             skw = {k.arg: k.value for k in stage.keywords}
             constraints = skw.get("sampling_constraints")
-            stages.append((_eval(skw["model_stage"], rel, consts), skw["execution_type"].attr,
-                           _eval(constraints, rel, consts) if constraints else {}))
+            subdirs = tuple(_eval(skw[k], rel, consts) for k in ("model_subdir", "tokenizer_subdir")
+                            if k in skw)
+            stages.append(Stage(_eval(skw["model_stage"], rel, consts),
+                                skw["execution_type"].attr,
+                                _eval(constraints, rel, consts) if constraints else {},
+                                tuple(dict.fromkeys(d for d in subdirs if d))))
         found[_eval(kw["model_type"], rel, consts)] = stages
     return found
+
+
+def annotations(rel: str, cls: str) -> set[str]:
+    """The annotated field names of a module-level class (a TypedDict or dataclass)."""
+    node = next(n for n in _tree(rel).body if isinstance(n, ast.ClassDef) and n.name == cls)
+    return {n.target.id for n in node.body
+            if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)}
 
 
 def deploy(name: str) -> dict[str, Any]:

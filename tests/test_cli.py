@@ -99,8 +99,29 @@ def test_gpu_pipeline_on_a_cpu_install_names_the_gpu_extra(tmp_path):
     work = tmp_path / "work"
     work.mkdir()
     line = one_line_error(omnijobs(work, "worker", "--pipeline", "audex-tts",
-                                   EXTRA_PATH=str(shim)))
+                                   EXTRA_PATH=str(shim), OMNIJOBS_PIPELINES='["audex-tts"]'))
     assert "[gpu] extra" in line and "pip install -e '.[gpu]'" in line
+
+
+def test_gpu_worker_on_a_mismatched_engine_stack_is_one_line(tmp_path):
+    """The fake engine refuses a vllm that vllm-omni 0.30.0 was not built for, as the
+    production factory does before it imports anything."""
+    options = '{"audex-tts": {"engine_factory": "tests.fake_omni:make_engine", ' \
+              '"tokenizer_factory": "tests.fake_omni:make_tokenizer"}}'
+    line = one_line_error(omnijobs(tmp_path, "worker", "--pipeline", "audex-tts",
+                                   OMNIJOBS_PIPELINES='["audex-tts"]',
+                                   OMNIJOBS_PIPELINE_OPTIONS=options,
+                                   FAKE_OMNI_VLLM_VERSION="0.33.0"))
+    assert "this install has vllm 0.33.0" in line and "vllm==0.30.0" in line
+
+
+def test_worker_for_a_pipeline_the_api_does_not_list_is_one_line(tmp_path):
+    """The API and the workers read one OMNIJOBS_PIPELINES: a worker serving a pipeline
+    outside it would wait for jobs the API answers with a 404."""
+    line = one_line_error(omnijobs(tmp_path, "worker", "--pipeline", "piper-joe",
+                                   "--pipeline", "audex-tts",
+                                   OMNIJOBS_PIPELINES='["piper-joe", "reference-t2va"]'))
+    assert "'audex-tts' is not in OMNIJOBS_PIPELINES (piper-joe, reference-t2va)" in line
 
 
 @pytest.fixture

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import json
+import re
 from pathlib import Path
 
 import yaml
 from typer.main import get_command
 
+from core.settings import Settings
 from omnijobs.cli import cli
+from pipelines import get_spec, import_pipeline_modules
 
 COMPOSE = yaml.safe_load((Path(__file__).resolve().parent.parent / "docker-compose.yml")
                          .read_text())
@@ -66,3 +70,43 @@ def test_a_refused_secret_stops_every_omnijobs_service():
     for name in ("api", "worker", "maintenance", "gpu-worker"):
         assert SERVICES[name]["depends_on"]["migrate"] == {
             "condition": "service_completed_successfully"}, name
+
+
+def compose_default(value: str) -> str:
+    """A compose value as it is without an .env: ``${VAR:-default}`` -> default."""
+    match = re.fullmatch(r"\$\{[A-Z0-9_]+:-(.*)\}", value, re.S)
+    return match.group(1) if match else value
+
+
+def omnijobs_services() -> dict[str, dict]:
+    return {name: svc for name, svc in SERVICES.items()
+            if isinstance(svc.get("command"), list) and svc["command"][0] == "omnijobs"}
+
+
+def served_by(command: list[str], enabled: list[str]) -> set[str]:
+    """What ``omnijobs worker`` serves: its ``--pipeline``s, or every enabled one."""
+    named = {command[i + 1] for i, arg in enumerate(command) if arg == "--pipeline"}
+    return named or set(enabled)
+
+
+def test_one_pipeline_list_for_the_api_and_every_worker():
+    """The API accepts exactly what the workers serve: a worker's pipeline the API does
+    not list is a 404 for its model; a listed pipeline no worker serves queues forever."""
+    services = omnijobs_services()
+    default = json.dumps(Settings.model_fields["pipelines"].default)
+    lists = {name: compose_default(svc["environment"].get("OMNIJOBS_PIPELINES", default))
+             for name, svc in services.items()}
+    assert len(set(lists.values())) == 1, f"one OMNIJOBS_PIPELINES for every service: {lists}"
+    enabled = json.loads(lists["api"])
+    import_pipeline_modules()
+    for name in enabled:
+        get_spec(name)  # registered
+    served: dict[str, set[str]] = {}
+    for name, svc in services.items():
+        if svc["command"][1] == "worker":
+            for pipeline in served_by(svc["command"], enabled):
+                served.setdefault(pipeline, set()).add(name)
+    not_accepted = sorted(set(served) - set(enabled))
+    assert not not_accepted, f"workers serve pipelines the API does not accept: {not_accepted}"
+    unserved = sorted(set(enabled) - set(served))
+    assert not unserved, f"the API accepts pipelines no worker serves: {unserved}"

@@ -5,14 +5,15 @@ at another origin (S3) and expire after ``OMNIJOBS_SIGNED_URL_TTL_S``; the conso
 Content-Security-Policy allows this origin only, and a page left open must still seek.
 So the players read ``/console/jobs/{id}/outputs/{index}``: the session and the same
 job lookup as every page decide who may, and byte ranges are passed to the store (S3
-answers them itself; the local store's files are served with ranges by Starlette), so
-``<audio>`` and ``<video>`` seek as they would on the signed URL.
+answers them itself; the local store's files are opened first and served with ranges,
+as ``/v1/objects`` serves them), so ``<audio>`` and ``<video>`` seek as they would on
+the signed URL.
 """
 
 from __future__ import annotations
 
 from fastapi import APIRouter, Depends, Header
-from fastapi.responses import FileResponse, Response, StreamingResponse
+from fastapi.responses import Response, StreamingResponse
 
 from core.errors import NotFound
 from storage.objects import LocalStore
@@ -22,6 +23,7 @@ from ..routes.batches import get_batch
 from ..routes.files import get_file
 from ..routes.jobs import output_of
 from ..service import get_job
+from ..stored_file import StoredFileResponse
 from .pages import signed_in
 from .render import ConsoleRoute
 from .session import PATH, Viewer, viewer
@@ -32,7 +34,7 @@ router = APIRouter(prefix=PATH, route_class=ConsoleRoute, include_in_schema=Fals
 def _object(svc: Services, key: str, content_type: str, byte_range: str | None) -> Response:
     store = svc.store
     if isinstance(store, LocalStore):
-        return FileResponse(store.file(key), media_type=content_type)
+        return StoredFileResponse(store.open(key), content_type)
     part = store.read_range(key, byte_range)
     headers = {"Accept-Ranges": "bytes", "Content-Length": str(part.length)}
     if part.content_range:

@@ -7,6 +7,8 @@ carries the batch's work.
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 from fastapi import APIRouter, Depends, Query
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -17,7 +19,7 @@ from storage.records import BatchRecord
 
 from ..deps import Services, services, tenant_id
 from ..guard import GuardedRoute
-from ..schemas import ListPage, check_metadata, page_of
+from ..schemas import ExpiresAfter, ListPage, check_metadata, page_of
 
 router = APIRouter(prefix="/v1/batches", route_class=GuardedRoute)
 
@@ -29,6 +31,9 @@ class BatchCreate(BaseModel):
     endpoint: str = Field(max_length=64)
     completion_window: str = Field(max_length=16)
     metadata: dict[str, str] | None = None
+    output_expires_after: ExpiresAfter | None = Field(
+        default=None, description="When the output and error files expire, from their "
+        "creation (default: OMNIJOBS_FILE_TTL_S)")
 
     _metadata = field_validator("metadata")(check_metadata)
 
@@ -54,10 +59,15 @@ def create_batch(body: BatchCreate, svc: Services = Depends(services),
     if source is None or source.purpose != "batch":
         raise InvalidRequest(f"no batch input file with id '{clip(body.input_file_id)}'",
                              param="input_file_id", code="invalid_input_file")
+    if source.expired(datetime.now(UTC)):
+        raise InvalidRequest(f"the input file {source.id} has expired",
+                             param="input_file_id", code="invalid_input_file")
+    policy = body.output_expires_after
     return batch_view(svc.batches.create(
         tenant, endpoint=body.endpoint, input_file_id=source.id,
         completion_window=body.completion_window, metadata=body.metadata,
-        max_active=svc.settings.batch_max_active))
+        max_active=svc.settings.batch_max_active,
+        output_expires_after_s=policy.seconds if policy else None))
 
 
 @router.get("", response_model=ListPage[BatchPublic])

@@ -83,7 +83,15 @@ def output_of(job: JobRecord, index: int) -> OutputRecord:
 
 def stream_output(svc: Services, job, index: int) -> StreamingResponse:
     out = output_of(job, index)
-    return StreamingResponse(svc.store.stream(out.key), media_type=out.content_type,
+    try:
+        chunks = svc.store.stream(out.key)
+    except NotFound:  # deleted since the job was read: retention (410) or a DELETE (404)
+        if outputs_expired(job):
+            raise OutputExpired(f"the outputs of job {job.id} have expired and were "
+                                "deleted") from None
+        raise NotFound(f"the output {index} of job {job.id} no longer exists",
+                       param="index") from None
+    return StreamingResponse(chunks, media_type=out.content_type,
                              headers={"Content-Length": str(out.bytes),
                                       "X-Content-SHA256": out.sha256})
 

@@ -5,13 +5,13 @@ writes these URLs with the same ``OBJECTS_PATH``."""
 from __future__ import annotations
 
 from fastapi import APIRouter, Depends, Query
-from fastapi.responses import FileResponse
 
 from core.errors import NotFound
 from storage.objects import OBJECTS_PATH, LocalStore
 
 from ..deps import Services, services
 from ..guard import GuardedRoute, public
+from ..stored_file import StoredFileResponse
 
 router = APIRouter(route_class=GuardedRoute)
 
@@ -25,12 +25,13 @@ CONTENT_TYPES = {"mp3": "audio/mpeg", "opus": "audio/ogg", "aac": "audio/aac",
                              206: {"description": "The byte range asked for"}})
 @public
 def signed_object(key: str, expires: int = Query(), signature: str = Query(max_length=128),
-                  svc: Services = Depends(services)) -> FileResponse:
+                  svc: Services = Depends(services)) -> StoredFileResponse:
     """HEAD and byte ranges (206, ``Accept-Ranges``, ``Content-Range``) as S3 serves them,
-    so a browser's ``<video>`` can seek."""
+    so a browser's ``<video>`` can seek. An object deleted meanwhile is a 404; one being
+    sent when it is deleted is sent whole."""
     store = svc.store
     if not isinstance(store, LocalStore):
         raise NotFound("signed object URLs are served by the object store in this deployment")
     store.verify(key, expires, signature)
     media_type = CONTENT_TYPES.get(key.rsplit(".", 1)[-1], "application/octet-stream")
-    return FileResponse(store.file(key), media_type=media_type)
+    return StoredFileResponse(store.open(key), media_type)

@@ -1,7 +1,7 @@
 """The console: operator keys, signed-in browser sessions, and each job's attempts
 
 Revision ID: 0009
-Revises: 0005
+Revises: 0006
 Create Date: 2026-12-10
 """
 
@@ -9,7 +9,7 @@ from alembic import op
 import sqlalchemy as sa
 
 revision = '0009'
-down_revision = '0005'
+down_revision = '0006'
 branch_labels = None
 depends_on = None
 

@@ -90,7 +90,8 @@ def _record(b: Batch, counts: RequestCounts | None = None) -> BatchRecord:
         counts=counts or RequestCounts(b.total, b.completed, b.failed),
         created_at=b.created_at, expires_at=b.expires_at, in_progress_at=b.in_progress_at,
         finalizing_at=b.finalizing_at, completed_at=b.completed_at, failed_at=b.failed_at,
-        expired_at=b.expired_at, cancelling_at=b.cancelling_at, cancelled_at=b.cancelled_at)
+        expired_at=b.expired_at, cancelling_at=b.cancelling_at, cancelled_at=b.cancelled_at,
+        output_expires_after_s=b.output_expires_after_s)
 
 
 def _counts(s: Session, batches: list[Batch]) -> dict[str, RequestCounts]:
@@ -118,7 +119,7 @@ class BatchRepository:
 
     def create(self, tenant_id: str, *, endpoint: str, input_file_id: str,
                completion_window: str, metadata: dict[str, str] | None,
-               max_active: int) -> BatchRecord:
+               max_active: int, output_expires_after_s: int | None = None) -> BatchRecord:
         """A new ``validating`` batch, unless the tenant already has ``max_active``
         unfinished ones (the bulk quota, apart from the interactive ones)."""
         now = _now()
@@ -135,7 +136,8 @@ class BatchRepository:
                           status=BatchStatus.VALIDATING.value, metadata_=metadata, total=0,
                           completed=0, failed=0, rejected=0, created_at=now,
                           expires_at=now + timedelta(seconds=COMPLETION_WINDOWS[
-                              completion_window]))
+                              completion_window]),
+                          output_expires_after_s=output_expires_after_s)
             s.add(batch)
             s.flush()
             return _record(batch, RequestCounts())

@@ -20,7 +20,15 @@ from core.errors import MESSAGE_LIMIT, InvalidRequest, TooManyRequests
 from core.jobs import TERMINAL, JobKind, JobStatus
 
 from ..models import Job, OutboxMessage, Output, UTCDateTime
-from ..records import JobAttemptRecord, JobFilter, JobRecord, NewJob, OutboxRecord, OutputRecord
+from ..records import (
+    JobAttemptRecord,
+    JobFilter,
+    JobObjects,
+    JobRecord,
+    NewJob,
+    OutboxRecord,
+    OutputRecord,
+)
 from . import attempts as history
 from .outbox import _record as outbox_record
 from .outbox import add_render, new_token
@@ -398,10 +406,11 @@ class JobRepository:
             return s.execute(delete(Job).where(
                 Job.id == job_id, Job.status.in_([t.value for t in TERMINAL]))).rowcount == 1
 
-    def live_keys(self, job_ids: list[str]) -> dict[str, frozenset[str] | None]:
-        """For the orphan sweep: per existing job, the object keys it still owns, or None
-        while it is queued or running (anything under its prefix may be in flight). A job
-        missing from the answer no longer exists: everything under its prefix is orphaned."""
+    def live_keys(self, job_ids: list[str]) -> dict[str, JobObjects]:
+        """For the orphan sweep: per existing job, the object keys it still owns, or (while
+        it is queued or running, and anything under its prefix may be in flight) the first
+        attempt that may still write. A job missing from the answer no longer exists:
+        everything under its prefix is orphaned."""
         if not job_ids:
             return {}
         with self._sessions() as s:
@@ -409,10 +418,12 @@ class JobRepository:
             return {j.id: _owned_keys(j) for j in rows}
 
 
-def _owned_keys(j: Job) -> frozenset[str] | None:
+def _owned_keys(j: Job) -> JobObjects:
     status = JobStatus(j.status)
-    if not status.terminal:
-        return None
+    if status is JobStatus.RUNNING:  # the current attempt writes; earlier ones are over
+        return JobObjects(None, j.attempts)
+    if status is JobStatus.QUEUED:  # the next claim is attempt + 1
+        return JobObjects(None, j.attempts + 1)
     if status is JobStatus.COMPLETED and j.outputs_deleted_at is None:
-        return frozenset(o.key for o in j.outputs)
-    return frozenset()
+        return JobObjects(frozenset(o.key for o in j.outputs))
+    return JobObjects(frozenset())

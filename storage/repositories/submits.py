@@ -5,21 +5,25 @@ being written and inserts them together: one multi-row INSERT for the jobs, one 
 their outbox messages, one commit. Each job is still committed with its message before
 its caller hears 202, so durability is the single-submit path's; only the round trips
 and the commit are shared. A job refused by the quotas is refused alone (the others of
-its group are unaffected). Submits with an idempotency key take the single path, whose
-unique-constraint race needs a transaction of its own.
+its group are unaffected), and so is one whose row the database refuses (a data error:
+the group is written again row by row, and only that row fails). Submits with an
+idempotency key take the single path, whose unique-constraint race needs a transaction
+of its own.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import uuid
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
 from sqlalchemy import insert
+from sqlalchemy.exc import DataError, IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
-from core.errors import TooManyRequests
+from core.errors import InvalidRequest, OmniJobsError
 from core.jobs import JobKind, JobStatus
 
 from ..models import Job, JobWebhook, OutboxMessage
@@ -29,15 +33,38 @@ from .quotas import Quotas
 
 ID_PREFIX = {JobKind.SPEECH: "job_", JobKind.VIDEO: "video_"}
 JOBS, OUTBOX = Job.__table__, OutboxMessage.__table__
-Submitted = tuple[JobRecord, OutboxRecord] | TooManyRequests
+Submitted = tuple[JobRecord, OutboxRecord] | OmniJobsError | IntegrityError
+# What one bad row raises for the whole statement (a NUL in a text column, a value too
+# long, a vanished tenant): the group is retried row by row.
+ROW_ERRORS = (DataError, IntegrityError)
+
+log = logging.getLogger(__name__)
 
 
 def insert_many(sessions: sessionmaker[Session], quotas: Quotas | None,
                 news: Sequence[NewJob]) -> list[Submitted]:
     """Insert every admitted job with its render message, all in one transaction; per
-    job, its records or the quota's refusal, in the order given."""
+    job, its records or the quota's refusal, in the order given. A row the database
+    refuses fails alone: the group is then written one row per transaction, and that
+    row's answer is a 400 (a data error) or the error itself."""
     if any(n.idempotency_key is not None for n in news):
         raise ValueError("submits with an idempotency key take JobRepository.create")
+    try:
+        return _insert_group(sessions, quotas, news)
+    except ROW_ERRORS as exc:
+        if len(news) > 1:
+            log.warning("a group of %d submits hit %s; written again row by row",
+                        len(news), type(exc).__name__)
+            return [r for new in news for r in insert_many(sessions, quotas, [new])]
+        if isinstance(exc, IntegrityError):
+            return [exc]
+        log.warning("a submit's row was refused by the database: %s", type(exc.orig).__name__)
+        return [InvalidRequest("the request holds a value that cannot be stored",
+                               code="invalid_value")]
+
+
+def _insert_group(sessions: sessionmaker[Session], quotas: Quotas | None,
+                  news: Sequence[NewJob]) -> list[Submitted]:
     now = datetime.now(UTC)
     with sessions.begin() as s:
         refusals = quotas.admit_many(s, news) if quotas is not None else [None] * len(news)

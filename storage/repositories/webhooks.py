@@ -17,7 +17,7 @@ from dataclasses import asdict
 from datetime import UTC, datetime, timedelta
 from urllib.parse import urlsplit
 
-from sqlalchemy import delete, literal, select, union_all, update
+from sqlalchemy import delete, func, literal, select, union_all, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -274,20 +274,22 @@ class WebhookRepository:
     # ---- deliveries ------------------------------------------------------------------
 
     def claim_due(self, lock_s: float, limit: int = 100) -> list[tuple[int, str]]:
-        """Lock due deliveries for dispatch: the oldest of each target only, and none
-        for a target that has one in flight (ordered, one at a time per target)."""
+        """Lock due deliveries for dispatch: the oldest due one of each target only, and
+        none for a target that has one in flight (ordered, one at a time per target).
+        Chosen in SQL, one row per free target, oldest first: a target with thousands of
+        due rows and a slow receiver costs one candidate, never a window of them that
+        would hide every other tenant's deliveries."""
         now = _now()
         with self._sessions.begin() as s:
-            busy = set(s.scalars(select(WebhookDelivery.target).where(
-                WebhookDelivery.status == PENDING, WebhookDelivery.locked_until > now)))
-            rows = s.execute(select(WebhookDelivery.id, WebhookDelivery.target).where(
+            busy = select(WebhookDelivery.target).where(
+                WebhookDelivery.status == PENDING, WebhookDelivery.locked_until > now)
+            oldest = func.min(WebhookDelivery.id)
+            ids = s.scalars(select(oldest).where(
                 WebhookDelivery.status == PENDING, WebhookDelivery.next_attempt_at <= now,
-                unlocked(now)).order_by(WebhookDelivery.id).limit(limit * 4)).all()
+                unlocked(now), WebhookDelivery.target.not_in(busy))
+                .group_by(WebhookDelivery.target).order_by(oldest).limit(limit)).all()
             claimed = []
-            for delivery_id, target in rows:
-                if target in busy or len(claimed) >= limit:
-                    continue
-                busy.add(target)
+            for delivery_id in ids:
                 token = _lock(s, delivery_id, now, lock_s)
                 if token is not None:
                     claimed.append((delivery_id, token))

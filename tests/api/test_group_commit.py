@@ -11,11 +11,11 @@ import uuid
 import pytest
 
 from api.submitter import Submitter
-from core.errors import ServiceUnavailable, TooManyRequests
+from core.errors import InvalidRequest, ServiceUnavailable, TooManyRequests
 from core.jobs import JobStatus
 from pipelines import get_spec
 from storage.db import make_engine, make_sessionmaker
-from storage.records import NewJob
+from storage.records import JobWebhookRequest, NewJob
 from storage.repositories import JobRepository, KeyRepository, OutboxRepository
 from storage.repositories.quotas import INTERACTIVE, Quota, Quotas
 
@@ -129,3 +129,37 @@ def test_a_database_outage_fails_every_caller_of_the_group(api, tenant):
     results = submit_all(Submitter(), svc, [new_job(tenant, f"d{i}") for i in range(3)])
     assert all(isinstance(r, ServiceUnavailable) for r in results)
     down.dispose()
+
+
+def bad_row(tenant: str, text: str) -> NewJob:
+    """A row the database refuses (a NUL in a text column) that the schema would have
+    caught: the group write must not take its neighbours down with it."""
+    return dataclasses.replace(new_job(tenant, text), webhook=JobWebhookRequest(
+        url="http://93.184.216.34/a\x00", event_types=("speech.completed",)))
+
+
+def test_a_data_error_in_a_group_fails_only_its_own_row(api, tenant):
+    news = [new_job(tenant, f"g{i}") for i in range(10)]
+    news[6] = bad_row(tenant, "g6")
+    results = api.services.jobs.create_many(news)
+    assert isinstance(results[6], InvalidRequest) and results[6].http_status == 400
+    ok = [r for i, r in enumerate(results) if i != 6]
+    assert all(isinstance(r, tuple) for r in ok), results
+    assert [job.metadata["text"] for job, _ in ok] == [f"g{i}" for i in range(10) if i != 6]
+    stored = {j.metadata["text"] for j in api.services.jobs.list(tenant, limit=100)[0]}
+    assert {f"g{i}" for i in range(10) if i != 6} <= stored and "g6" not in stored
+    outbox = OutboxRepository(make_sessionmaker(api.app.state.engine))
+    assert all(len(outbox.for_job(job.id)) == 1 for job, _ in ok)
+
+
+def test_a_data_error_in_a_group_answers_only_its_caller(api, tenant):
+    broker = Recorder()
+    svc = services(api, broker)
+    news = [new_job(tenant, f"s{i}") for i in range(10)]
+    news[4] = bad_row(tenant, "s4")
+    results = submit_all(Submitter(), svc, news)
+    assert isinstance(results[4], InvalidRequest)
+    assert [r.metadata["text"] for i, r in enumerate(results) if i != 4] == [
+        f"s{i}" for i in range(10) if i != 4]
+    published = {m.job_id for call in broker.calls for m in call}
+    assert published == {r.id for i, r in enumerate(results) if i != 4}

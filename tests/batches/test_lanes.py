@@ -59,9 +59,49 @@ def test_a_relayed_bulk_message_stays_in_the_bulk_lane(folder_app):
     assert take(folder_app, ["pipeline.a"], 2) == ["now", "later"]
 
 
-def test_the_embedded_broker_never_shows_a_half_written_message(folder_app, tmp_path):
+class _PausingFile:
+    """A message file whose write stops halfway while ``look`` reads the folder, as a
+    consumer might at that moment."""
+
+    def __init__(self, f, look) -> None:
+        self.f, self.look = f, look
+
+    def write(self, data: bytes) -> None:
+        half = len(data) // 2
+        self.f.write(data[:half])
+        self.f.flush()
+        self.look()
+        self.f.write(data[half:])
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.f.close()
+
+
+def test_the_embedded_broker_never_shows_a_half_written_message(folder_app, tmp_path,
+                                                                monkeypatch):
+    """Every write pauses halfway while a reader lists the folder and reads each message
+    it can see: each one must be whole (a message written in place would be seen half
+    written by the very reader that looks at it)."""
+    folder = Settings(home=tmp_path).broker_folder
+    pauses, seen = [], []
+
+    def look() -> None:
+        pauses.append(1)
+        seen.extend((p.name, p.read_bytes()) for p in folder.iterdir()
+                    if p.name.endswith(".msg"))
+
+    real_open = open
+    monkeypatch.setattr("tasks.lanes.open", lambda path, mode="r", *a, **kw: _PausingFile(
+        real_open(path, mode, *a, **kw), look), raising=False)
     publish_bulk(folder_app, [(f"bulk-{i}", "pipeline.a", "t") for i in range(50)])
-    names = [p.name for p in Settings(home=tmp_path).broker_folder.iterdir() if p.is_file()]
+    assert len(pauses) == 50  # every message was written through the pause
+    for name, data in seen:
+        assert json.loads(data)["headers"]["task"] == RENDER_TASK, f"{name} half written"
+    assert len(seen) == sum(range(50))  # the reader saw each finished one, no other
+    names = [p.name for p in folder.iterdir() if p.is_file()]
     assert len(names) == 50 and all(n.startswith("p9-") and n.endswith(".pipeline.a.msg")
                                     for n in names)
 

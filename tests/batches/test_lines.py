@@ -91,3 +91,8 @@ def test_video_lines_draw_a_reproducible_seed(check):
     other = BatchRecord(**{**video, "id": "batch_y"})
     assert list(checked_lines([line], other, check, 10))[0].job.request["seed"] != \
         first.request["seed"]
+
+
+def test_a_custom_id_with_a_control_character_is_an_unusable_line(check):
+    assert errors([raw("a\x00b"), raw("c\x1b")], check) == [
+        ("invalid_custom_id", 1), ("invalid_custom_id", 2)]

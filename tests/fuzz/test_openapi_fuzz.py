@@ -3,6 +3,13 @@ a valid key, with no key and with a wrong key, a bounded number of examples each
 
 Passes when no answer is a 5xx, every 4xx has OpenAI's error shape, and a key-guarded
 operation answers 401 to a request without a valid key. Prints one line of counts.
+
+Besides the schema's own examples, every operation gets cases with one string (a body
+value or key, a query value) carrying a control character or a NUL,
+both in generated requests and in requests that are valid but for that one character
+(a real endpoint's update, a speech job whose webhook URL is a literal public address):
+random strings almost never hold those, and a NUL is where a database turns a bad
+request into a server error.
 """
 
 from __future__ import annotations
@@ -25,11 +32,30 @@ from ..services import free_port, spawn, wait_until
 
 EXAMPLES = {"valid": int(os.environ.get("OMNIJOBS_FUZZ_EXAMPLES", "100")), "none": 15,
             "wrong": 15}  # per operation; CI's budget, raise the first for a longer run
-ID_PARAMS = ("job_id", "video_id", "endpoint_id")
+ID_PARAMS = ("job_id", "video_id", "endpoint_id", "file_id")
 # CI replays the same examples every run (a red build names a regression, not a lucky
 # draw); elsewhere every run draws new ones, and longer runs explore further.
 CI = os.environ.get("CI") == "true"
 OWNED_HEADERS = {"authorization", "content-length", "transfer-encoding", "host"}
+# (lone surrogates are left to tests/api/test_control_characters.py: schemathesis itself
+# cannot carry them)
+BAD_CHARACTERS = ("\x00", "\x01", "\x08", "\x0b", "\x1b", "\x7f", "\x85")
+PUBLIC_URL = "http://93.184.216.34/hook"  # a literal public address: no DNS lookup
+# Valid requests (but for the one character the fuzz puts in), per operation; "{file_id}"
+# is replaced by the file made at set-up, path ids by the real ones.
+VALID_BODIES: dict[str, list[dict]] = {
+    "POST /v1/audio/speech": [{"model": "tts-1", "input": "Fuzz.", "voice": "joe",
+                               "metadata": {"k": "v"}, "webhook_url": PUBLIC_URL}],
+    "POST /v1/videos": [{"prompt": "Fuzz.", "seconds": 1, "negative_prompt": "blur",
+                         "metadata": {"k": "v"}, "webhook_url": PUBLIC_URL}],
+    "POST /v1/webhook_endpoints": [{"name": "fuzz", "url": "http://127.0.0.1:9/hook",
+                                    "event_types": ["speech.completed"]}],
+    "POST /v1/webhook_endpoints/{endpoint_id}": [{"name": "fuzz"},
+                                                 {"url": "http://127.0.0.1:9/hook"}],
+    "POST /v1/webhook_endpoints/{endpoint_id}/test": [{"event_type": "speech.completed"}],
+    "POST /v1/batches": [{"input_file_id": "{file_id}", "endpoint": "/v1/audio/speech",
+                          "completion_window": "24h", "metadata": {"k": "v"}}],
+}
 
 
 @pytest.fixture(scope="module")
@@ -80,36 +106,111 @@ def judge(resp, guarded: bool, auth: str) -> str | None:
     return None
 
 
-def strategies(op, ids: list[str]):
+def _strings(value, path=()) -> Iterator[tuple]:
+    """Where a string sits in a JSON value: (path, is a key) for each one; the body's
+    own keys are field names (an unknown one is a plain 400) and are left out."""
+    if isinstance(value, str):
+        yield path, False
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            if path:
+                yield path + (k,), True
+            yield from _strings(v, path + (k,))
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            yield from _strings(v, path + (i,))
+
+
+def _tainted(value, path: tuple, is_key: bool, bad: str, at: int):
+    """A copy of ``value`` with ``bad`` put into the string at ``path``."""
+    def put(text: str) -> str:
+        i = at % (len(text) + 1)
+        return text[:i] + bad + text[i:]
+
+    if not path:
+        return put(value)
+    head, rest = path[0], path[1:]
+    if isinstance(value, dict):
+        if is_key and not rest:
+            return {(put(k) if k == head else k): v for k, v in value.items()}
+        return {k: (_tainted(v, rest, is_key, bad, at) if k == head else v)
+                for k, v in value.items()}
+    return [(_tainted(v, rest, is_key, bad, at) if i == head else v)
+            for i, v in enumerate(value)]
+
+
+def taint(case, bad: str, which: int, at: int):
+    """The case with one of its strings (body or query) carrying ``bad``."""
+    slots = [("body", p, k) for p, k in _strings(case.body)] if isinstance(
+        case.body, (dict, list, str)) else []
+    slots += [("query", p, k) for p, k in _strings(case.query or {})]
+    if not slots:
+        return case
+    part, path, is_key = slots[which % len(slots)]
+    if part == "body":
+        case.body = _tainted(case.body, path, is_key, bad, at)
+    else:
+        case.query = _tainted(case.query, path, is_key, bad, at)
+    return case
+
+
+def _with_bad_characters(cases):
+    return st.tuples(cases, st.sampled_from(BAD_CHARACTERS), st.integers(0, 1 << 16),
+                     st.integers(0, 1 << 16)).map(lambda t: taint(*t))
+
+
+def strategies(op, ids: dict[str, str]):
     modes = [op.as_strategy(generation_mode=m)
              for m in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE)]
     names = {p.name for p in op.path_parameters}
     for name in names & set(ID_PARAMS):  # real ids too, to get past the lookup
-        modes += [op.as_strategy(path_parameters={name: i}) for i in ids]
+        modes += [op.as_strategy(path_parameters={name: i}) for i in ids.values()]
+        modes.append(_with_bad_characters(op.as_strategy(
+            path_parameters={name: ids[name]})))
+    modes.append(_with_bad_characters(op.as_strategy()))
     return st.one_of(modes)
 
 
-def fuzz(op, base: str, headers: dict[str, str], auth: str, ids: list[str],
-         tally: Tally) -> None:
-    guarded = bool(op.definition.raw.get("security"))
+def one_bad_character(op, ids: dict[str, str]) -> Iterator:
+    """Every valid request of the operation (with real ids) with each of its strings in
+    turn carrying each bad character: a sweep, since a random draw rarely lands on the
+    one field (of one valid request) that reaches a text column."""
+    path = {n: ids[n] for n in {p.name for p in op.path_parameters} & set(ids)}
+    for template in VALID_BODIES.get(op.label, []):
+        body = json.loads(json.dumps(template).replace("{file_id}", ids["file_id"]))
+        for which in range(len(list(_strings(body)))):
+            for bad in BAD_CHARACTERS:
+                for at in (1, -1):  # inside, and at the end (past a URL's host)
+                    yield taint(op.Case(body=body, path_parameters=path,
+                                        media_type="application/json"), bad, which, at)
 
+
+def send(op, case, base: str, headers: dict[str, str], auth: str, tally: Tally) -> None:
+    # The key is ours to set; framing headers belong to the HTTP client (a generated
+    # Content-Length is refused by the HTTP server before the app sees the request).
+    case.headers = {k: v for k, v in (case.headers or {}).items()
+                    if k.lower() not in OWNED_HEADERS}
+    resp = case.call(base_url=base, headers=headers, timeout=30)
+    tally.examples[auth] += 1
+    tally.statuses[resp.status_code] += 1
+    problem = judge(resp, bool(op.definition.raw.get("security")), auth)
+    if problem:
+        tally.failures.append(f"{op.label} [{auth} key] {problem}: "
+                              f"{case.as_curl_command(headers=headers, base_url=base)}")
+
+
+def fuzz(op, base: str, headers: dict[str, str], auth: str, ids: dict[str, str],
+         tally: Tally) -> None:
     @settings(max_examples=EXAMPLES[auth], deadline=None, database=None, derandomize=CI,
               phases=[Phase.explicit, Phase.generate],
               suppress_health_check=list(HealthCheck))
     @given(case=strategies(op, ids))
     def run(case) -> None:
-        # The key is ours to set; framing headers belong to the HTTP client (a generated
-        # Content-Length is refused by the HTTP server before the app sees the request).
-        case.headers = {k: v for k, v in (case.headers or {}).items()
-                        if k.lower() not in OWNED_HEADERS}
-        resp = case.call(base_url=base, headers=headers, timeout=30)
-        tally.examples[auth] += 1
-        tally.statuses[resp.status_code] += 1
-        problem = judge(resp, guarded, auth)
-        if problem:
-            tally.failures.append(f"{op.label} [{auth} key] {problem}: "
-                                  f"{case.as_curl_command(headers=headers, base_url=base)}")
+        send(op, case, base, headers, auth, tally)
     run()
+    if auth == "valid":
+        for case in one_bad_character(op, ids):
+            send(op, case, base, headers, auth, tally)
 
 
 def test_fuzz_every_operation(api_process, capsys):
@@ -119,12 +220,15 @@ def test_fuzz_every_operation(api_process, capsys):
     key = new_key(env["OMNIJOBS_DATABASE_URL"], "fuzz")
     valid = {"Authorization": f"Bearer {key}"}
     with httpx.Client(base_url=base, headers=valid) as client:
-        ids = [client.post("/v1/audio/speech", headers={"Prefer": "respond-async"},
-                           json={"model": "tts-1", "input": "Fuzz."}).json()["id"],
-               client.post("/v1/videos", json={"prompt": "Fuzz.", "seconds": 1}).json()["id"],
-               client.post("/v1/webhook_endpoints", json={
+        ids = {"job_id": client.post("/v1/audio/speech", headers={"Prefer": "respond-async"},
+                                     json={"model": "tts-1", "input": "Fuzz."}).json()["id"],
+               "video_id": client.post("/v1/videos", json={"prompt": "Fuzz.",
+                                                           "seconds": 1}).json()["id"],
+               "endpoint_id": client.post("/v1/webhook_endpoints", json={
                    "name": "fuzz", "url": "http://127.0.0.1:9/hook",
-                   "event_types": ["speech.completed"]}).json()["id"]]
+                   "event_types": ["speech.completed"]}).json()["id"],
+               "file_id": client.post("/v1/files", data={"purpose": "batch"}, files={
+                   "file": ("in.jsonl", b"{}\n", "application/jsonl")}).json()["id"]}
     schema = schemathesis.openapi.from_url(f"{base}/openapi.json")
     ops = [result.ok() for result in schema.get_all_operations()]
     tally = Tally()

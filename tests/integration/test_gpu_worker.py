@@ -76,9 +76,15 @@ def test_t2va_video_through_the_sdk(stack, gpu_worker, key):
 def test_t2va_contract_rejections_and_idempotent_seeds(stack, key):
     with stack.client(key) as c:
         for body, param in [({"seconds": 2}, "seconds"), ({"seconds": 20}, "seconds"),
-                            ({"fps": 30}, "fps"), ({"size": "1000x200"}, "size")]:
+                            ({"fps": 30}, "fps"), ({"size": "1000x200"}, "size"),
+                            ({"size": "1920x1080"}, "size"),
+                            ({"negative_prompt": "blur"}, "negative_prompt"),
+                            ({"guidance_scale": 4}, "guidance_scale")]:
             resp = c.post("/v1/videos", json={"model": "minimax-h3", "prompt": "x", **body})
-            assert assert_openai_error(resp, 400)["param"] == param
+            error = assert_openai_error(resp, 400)
+            assert error["param"] == param
+            if param not in ("seconds", "fps"):  # what the model cannot do names it
+                assert "'minimax-h3'" in error["message"], error
         body = {"model": "minimax-h3", "prompt": "Idempotent kite", "seconds": 4,
                 "size": "448x256"}
         first = c.post("/v1/videos", json=body, headers={"Idempotency-Key": "kite-1"})

@@ -14,8 +14,8 @@ from ..services import free_port, spawn, wait_until
 from .helpers import decode, wait_job
 
 TEXT = "Streaming speech arrives while the job is still running. Nothing is lost."
-SLOW_AUDEX = ("[slow] the cumulative engine redraws the whole waveform at every step so "
-              "only the new samples may be sent and none twice")
+SLOW_AUDEX = ("[slow] the delta engine sends only the audio decoded since its last output "
+              "so each sample is sent once")
 AUDEX = "nvidia/Nemotron-Labs-Audex-2B"
 TERMINAL_ID = 1_000_000_000
 
@@ -227,9 +227,10 @@ def test_first_bytes_arrive_while_the_job_runs(stack, key, client):
 
 
 @pytest.mark.parametrize("fmt", ["wav", "pcm"])
-def test_cumulative_snapshots_stream_each_sample_once(stack, key, client, audex_worker, fmt):
-    """The fake Audex engine sends growing snapshots: the stream is exactly the stored
-    audio, sample for sample (no repeats, nothing cut)."""
+def test_engine_deltas_stream_each_sample_once(stack, key, client, audex_worker, fmt):
+    """The fake Audex engine sends DELTA outputs (several chunks at a time, as vLLM-Omni
+    does): the stream is exactly the stored audio, sample for sample (no repeats, nothing
+    cut)."""
     with client.stream("POST", "/v1/audio/speech", json={
             "model": AUDEX, "input": SLOW_AUDEX, "voice": "default", "response_format": fmt,
             "stream_format": "audio"}) as resp:

@@ -274,6 +274,33 @@ def test_speech_cut_at_the_token_limit_fails_the_job(audex_rt, app, tenant):  # 
     assert failed.attempts == 1
 
 
+class PairedUnkTokenizer(FakeTokenizer):
+    """A tokenizer on which ``<unk>`` is two tokens: a text whose prompt is an odd number
+    of tokens longer than the null template has no length-matched null prompt."""
+
+    def encode(self, text: str) -> list[int]:
+        return [t for t in super().encode(text) for _ in range(2 if t == self.unk else 1)]
+
+    @property
+    def unk(self) -> int:
+        return super().encode("<unk>")[0]
+
+
+def test_guidance_without_a_length_matched_null_prompt_is_refused_with_a_reason(
+        audex_rt, app, tenant):  # noqa: F811
+    """vLLM-Omni's builder raises when no ``<unk>`` count matches the prompt's length
+    (model_executor/models/audex/prompt.py:56-67): the job fails, not retried, saying why
+    and what to send instead, never as internal_error."""
+    pipeline = audex_rt.pipeline("audex-tts")
+    pipeline._tokenizer = PairedUnkTokenizer()
+    job = submit(audex_rt, tenant, "audex-tts", input="One two three", cfg_scale=2.0)
+    assert outcome(run_job(audex_rt, app, job.id)) == "failed"
+    failed = audex_rt.jobs.get(job.id)
+    assert (failed.error_code, failed.attempts) == ("cfg_unavailable", 1)
+    assert "without cfg_scale" in failed.error_message
+    assert "length-match" in failed.error_message  # the builder's own words
+
+
 @pytest.mark.parametrize("name", ["audex-tts", "audex-tts-30b"])
 def test_text_longer_than_the_context_allows_is_a_400(name):
     spec = get_spec(name)
@@ -291,19 +318,36 @@ def fake_transformers(monkeypatch):
     return FakeAutoTokenizer
 
 
-@pytest.mark.parametrize("folder", ["checkpoint_folder_audiogen", "checkpoint_folder_full"])
-def test_tokenizer_loads_from_the_root_or_a_checkpoint_folder(fake_transformers, tmp_path,
-                                                               folder):
-    """As vLLM-Omni's Audex adapter does (entrypoints/openai/tts_adapters/audex.py:53-59)."""
-    root = tmp_path / "Nemotron-Labs-Audex-2B"
-    for sub in ("checkpoint_folder_audiogen", "checkpoint_folder_full"):
+def audex_checkout(root):
+    """The Audex repository layout the engine joins its stage folders onto."""
+    for sub in ("checkpoint_folder_audiogen", "checkpoint_folder_full",
+                "audex_causal_speech_decoder"):
         (root / sub).mkdir(parents=True)
         (root / sub / "tokenizer_config.json").write_text("{}")
+    return root
+
+
+@pytest.mark.parametrize("folder", ["checkpoint_folder_audiogen", "checkpoint_folder_full"])
+def test_tokenizer_loads_from_the_root(fake_transformers, tmp_path, folder):
+    root = audex_checkout(tmp_path / "Nemotron-Labs-Audex-2B")
     assert load_tokenizer(str(root), folder).path == str(root / folder)
-    assert load_tokenizer(str(root / "checkpoint_folder_audiogen"), folder).path == str(
-        root / folder)
-    assert load_tokenizer(str(root / "checkpoint_folder_full") + "/", folder).path == str(
-        root / folder)
+
+
+@pytest.mark.parametrize("given", ["checkpoint_folder_audiogen", "checkpoint_folder_full/"])
+def test_a_checkpoint_folder_model_starts_from_its_repository_root(fake_transformers,
+                                                                    tmp_path, given):
+    """The engine joins each stage's folder onto the path it gets
+    (engine/stage_init_utils.py:234-303), so a ``checkpoint_folder_*`` path would make it
+    look for checkpoint_folder_full/checkpoint_folder_audiogen and refuse to start; the
+    pipeline hands it (and the tokenizer) the repository root instead."""
+    root = audex_checkout(tmp_path / "Nemotron-Labs-Audex-2B")
+    with pytest.raises(RuntimeError, match="has no"):  # the engine, given the folder itself
+        FakeOmni(str(root / "checkpoint_folder_full"), "audex_tts.yaml")
+    pipeline = AudexTTS({"engine_factory": "tests.fake_omni:make_engine",
+                         "model": str(root) + "/" + given})
+    pipeline.load()
+    assert pipeline._bridge.engine.model == str(root)
+    assert pipeline._tokenizer.path == str(root / "checkpoint_folder_audiogen")
 
 
 def test_speech_to_speech_deploy_uses_the_full_checkpoints_tokenizer():

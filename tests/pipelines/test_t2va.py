@@ -12,7 +12,7 @@ import pytest
 from core.errors import InvalidRequest
 from media.probe import probe_video
 from pipelines import RunContext, VideoRequest, get_spec, import_pipeline_modules
-from pipelines.t2va import H3_RATIOS, MiniMaxH3
+from pipelines.t2va import H3_CANVASES, H3_RATIOS, MiniMaxH3
 from tasks.render import run_job
 from tests import fake_omni
 from tests import omni_source as src
@@ -26,7 +26,7 @@ import_pipeline_modules()
 
 def request(**kw) -> VideoRequest:
     base = dict(prompt="A heron lifts off a misty lake.", seconds=4.0, width=448, height=256,
-                fps=24, n=2, seed=11, negative_prompt="blurry", guidance_scale=5.5)
+                fps=24, n=2, seed=11)
     return VideoRequest(**{**base, **kw})
 
 
@@ -59,11 +59,13 @@ def test_request_maps_to_prompt_and_copied_diffusion_params(h3):
     result = h3.video(request(), RunContext("video_1"))
     sent = engine.requests[-1]
     assert sent["prompt"] == {"prompt": "A heron lifts off a misty lake.",
-                              "modalities": ["video"], "negative_prompt": "blurry"}
+                              "modalities": ["video"]}
     gp = sent["params"][1]
     assert (gp.width, gp.height, gp.fps) == (448, 256, 24)
-    assert (gp.seed, gp.num_outputs_per_prompt, gp.guidance_scale) == (11, 2, 5.5)
-    assert gp.extra_args["duration"] == 4.0 and gp.extra_args["aspect_ratio"] == "16:9"
+    assert (gp.seed, gp.num_outputs_per_prompt) == (11, 2)
+    # only what H3 reads: no generate_sound (Cosmos3's), no guidance of ours
+    assert gp.extra_args == {"duration": 4.0, "aspect_ratio": "16:9"}
+    assert gp.guidance_scale == engine.default_sampling_params_list[1].guidance_scale
     assert gp.num_inference_steps == 50  # the deploy yaml's default survives
     defaults = engine.default_sampling_params_list[1]
     assert (defaults.width, defaults.seed, defaults.extra_args) == (None, 42, {})
@@ -83,8 +85,9 @@ def sent_params(req: VideoRequest):
 
 
 @pytest.mark.parametrize(("size", "ratio"), [
-    ("1792x768", "21:9"), ("1280x720", "16:9"), ("1024x768", "4:3"), ("512x512", "1:1"),
-    ("768x1024", "3:4"), ("720x1280", "9:16"), ("1024x1792", "9:16")])
+    ("1536x672", "21:9"), ("1550x664", "21:9"), ("1280x720", "16:9"), ("1344x768", "16:9"),
+    ("1024x768", "4:3"), ("512x512", "1:1"), ("768x1024", "3:4"), ("720x1280", "9:16"),
+    ("768x1344", "9:16")])
 def test_every_supported_size_sends_its_named_aspect_ratio(size, ratio):
     w, h = (int(v) for v in size.split("x"))
     req = request(width=w, height=h, n=1)
@@ -95,10 +98,64 @@ def test_every_supported_size_sends_its_named_aspect_ratio(size, ratio):
     assert (frames, width, height) == get_spec("minimax-h3").video.rendered(req)
 
 
+def test_the_canvases_are_the_engines_own():
+    """resolve_minimax_h3_output_canvas (preprocessing.py:152-169), run from its source."""
+    canvas = fake_omni._h3_ns["resolve_minimax_h3_output_canvas"]
+    ratios = src.constants("model_executor/models/minimax_h3/preprocessing.py")[
+        "MINIMAX_H3_SUPPORTED_ASPECT_RATIOS"]
+    assert {(w, h): f"{r[0]}:{r[1]}" for (w, h), r in H3_CANVASES.items()} == {
+        canvas(value, 768)[::-1]: name for name, value in ratios.items()}
+    consts = src.constants("model_executor/models/minimax_h3/preprocessing.py")
+    assert get_spec("minimax-h3").video.max_pixels == consts["MINIMAX_H3_OUTPUT_MAX_PIXELS"]
+
+
+@pytest.mark.parametrize("size", [(1920, 1080), (1792, 768), (1024, 1792), (1152, 1152),
+                                  (1920, 1920)])
+def test_a_size_over_the_engines_area_cap_names_the_sizes_it_renders(size):
+    """Explicit width and height skip H3's own area cap, so the spec applies it."""
+    with pytest.raises(InvalidRequest) as err:
+        get_spec("minimax-h3").validate_video(request(width=size[0], height=size[1]),
+                                              "MiniMaxAI/MiniMax-H3")
+    assert err.value.param == "size" and "'MiniMaxAI/MiniMax-H3'" in err.value.message
+    assert "over the 1032192 pixels" in err.value.message
+    assert "1536x672, 1344x768, 1024x768, 768x768, 768x1024, 768x1344" in err.value.message
+
+
+@pytest.mark.parametrize(("field", "value"), [("negative_prompt", "blurry"),
+                                              ("guidance_scale", 5.5), ("guidance_scale", 1.0)])
+def test_fields_h3_would_ignore_are_refused_naming_the_model(field, value):
+    """No negative branch (CFG-distilled, pipeline_minimax_h3.py:837); guidance is read only
+    by FastH3 (fasth3_checkpoint.py:130-131)."""
+    with pytest.raises(InvalidRequest) as err:
+        get_spec("minimax-h3").validate_video(request(**{field: value}), "minimax-h3")
+    assert (err.value.param, err.value.code) == (field, "unsupported_parameter")
+    assert f"'{field}' is not supported by 'minimax-h3'" in err.value.message
+
+
+def test_the_silence_timeout_grows_with_n_and_length():
+    pipeline = MiniMaxH3({**FAKE, "request_timeout_s": 100})
+    assert pipeline.timeout_s(request(n=1, seconds=4.0)) == 100  # 107 frames: under 5 s
+    assert pipeline.timeout_s(request(n=3, seconds=4.0)) == 300
+    assert pipeline.timeout_s(request(n=2, seconds=15.0)) == pytest.approx(
+        100 * 2 * 362 / 24 / 5)  # 360 frames asked, 362 rendered
+    assert MiniMaxH3(FAKE).timeout_s(request(n=1)) == 1800
+
+
+def test_a_long_render_of_n_clips_is_not_taken_for_a_dead_engine():
+    """The fake answers once, after every clip (6 ms a frame each): four 4 s clips keep it
+    silent for about 2.6 s, over the 1.5 s allowed one clip, well under the 6 s for four."""
+    pipeline = MiniMaxH3({**FAKE, "request_timeout_s": 1.5})
+    pipeline.load()
+    result = pipeline.video(request(prompt="[slow] A heron, four times", n=4),
+                            RunContext("video_slow"))
+    assert len(result.videos) == 4
+
+
 @pytest.mark.parametrize(("fields", "param"), [
     ({"seconds": 3.9}, "seconds"), ({"seconds": 15.5}, "seconds"), ({"seconds": 1.0}, "seconds"),
     ({"fps": 30}, "fps"), ({"fps": 25}, "fps"), ({"fps": 60}, "fps"),
     ({"width": 1000, "height": 200}, "size"), ({"width": 30, "height": 30}, "size"),
+    ({"width": 1920, "height": 1080}, "size"),
     ({"width": 16, "height": 16}, "size")])
 def test_contract_rejections_at_submit(fields, param):
     with pytest.raises(InvalidRequest) as err:
@@ -165,6 +222,42 @@ def test_default_length_off_grid_size_job_reports_what_the_engine_made(h3_rt, ap
         engine = h3_rt.pipeline("minimax-h3")._bridge.engine
         assert video_packets(stored) == video_packets(engine.last_mp4[0])
         assert not probe_video(engine.last_mp4[0]).faststart
+
+
+@pytest.mark.parametrize("preencode", [False, True])
+def test_generate_audio_false_leaves_the_track_out(h3_rt, app, tenant, preencode):  # noqa: F811
+    """H3 renders sound whatever it is asked (only Cosmos3 reads generate_sound,
+    pipeline_cosmos3.py:1796): the job drops it, from the engine's own MP4 too, and
+    reports no audio."""
+    h3_rt.settings.pipeline_options = {"minimax-h3": {**FAKE, "preencode_mp4": preencode}}
+    job = submit(h3_rt, tenant, "minimax-h3", prompt="A silent film.", seconds=4.0,
+                 size="448x256", fps=24, n=2, seed=5, generate_audio=False)
+    assert outcome(run_job(h3_rt, app, job.id)) == "completed", h3_rt.jobs.get(job.id)
+    for out in h3_rt.jobs.get(job.id).outputs:
+        probe = probe_video(h3_rt.store.get(out.key))
+        assert probe.audio is None and probe.faststart and probe.frames == 107
+        assert (out.sample_rate, out.channels) == (None, None)
+    if preencode:  # the engine did mux its sound in; the stream copy left it out
+        assert probe_video(h3_rt.pipeline("minimax-h3")._bridge.engine.last_mp4[0]).audio
+
+
+def test_the_fake_decoder_is_off_the_video_by_what_a_real_one_may_be():
+    """The A/V rule (1/fps + 1/sample rate) covers H3's slack: its audio sits on a 40 Hz
+    latent grid computed from the aligned frames (time_request.py:34-36,
+    encoder_processing.py:205-210), at most half a latent off, and the decoder's waveform
+    comes back untrimmed; the fake adds up to one latent (25 ms) of decoder edge."""
+    from media.video import check_sync
+
+    worst = 0
+    for frames in range(5, 15 * 24 + 17, 17):  # every length H3 renders
+        latents = round(frames / 24 * 40)
+        for edge in (-fake_omni.H3_DECODER_EDGE, fake_omni.H3_DECODER_EDGE):
+            samples = latents * 800 + edge
+            check_sync(frames, 24, samples, 32000)
+            worst = max(worst, abs(samples / 32000 - frames / 24))
+    assert 0.025 < worst < 1 / 24
+    edges = {fake_omni.decoder_edge(seed) for seed in range(50)}
+    assert min(edges) < -400 and max(edges) > 400  # the fake really is that far off
 
 
 def test_rejected_request_fails_at_once_with_the_engines_message(h3_rt, app, tenant):  # noqa: F811

@@ -96,6 +96,11 @@ def test_migrated_schema_has_the_model_indexes_and_constraints(fresh_url: str) -
         assert ("tenant_id", "idempotency_key") in uniques
         key_cols = {c["name"] for c in insp.get_columns("api_keys")}
         assert {"key_hash", "prefix", "tenant_id", "revoked_at", "operator"} <= key_cols
+        # 0006: files record their expiry, found by an index; batches keep their policy
+        assert "expired_at" in {c["name"] for c in insp.get_columns("files")}
+        file_indexes = {ix["name"]: ix["column_names"] for ix in insp.get_indexes("files")}
+        assert file_indexes.get("ix_files_expires_at") == ["expires_at"]
+        assert "output_expires_after_s" in {c["name"] for c in insp.get_columns("batches")}
     finally:
         engine.dispose()
 

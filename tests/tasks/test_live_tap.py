@@ -4,6 +4,7 @@ and whenever the listener arrives (over the embedded spool bus)."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from media.audio import AudioAggregator
 from storage.bus import SpoolBus
@@ -52,3 +53,53 @@ def test_nobody_listening_sends_nothing(tmp_path):
     bus = SpoolBus(tmp_path)
     run(bus, "job_c", "incremental", [tone(1000)], listen_after=99)
     assert bus.read_audio("job_c", "") == [] and not (tmp_path / "job_c").exists()
+
+
+class Flaky:
+    """A spool bus whose audio writes fail at the given call numbers (1-based)."""
+
+    def __init__(self, bus: SpoolBus, failing: set[int]) -> None:
+        self.bus, self.failing, self.calls = bus, failing, 0
+
+    def add_audio(self, *args):
+        self.calls += 1
+        if self.calls in self.failing:
+            raise ConnectionError("bus write failed")
+        return self.bus.add_audio(*args)
+
+    def __getattr__(self, name):
+        return getattr(self.bus, name)
+
+
+@pytest.mark.parametrize("mode", ["incremental", "cumulative"])
+def test_a_failed_write_is_made_up_by_the_next(tmp_path, mode):
+    bus = SpoolBus(tmp_path)
+    bus.listen("job_d")
+    full = tone(40000)
+    pieces = ([full[i:i + 10000] for i in range(0, 40000, 10000)] if mode == "incremental"
+              else [full[:i] for i in range(10000, 40001, 10000)])
+    agg, tap = AudioAggregator(mode), AudioTap(Flaky(bus, {2}), "job_d", 1)
+    for piece in pieces:
+        tap.add(agg.add(piece, 16000), agg)
+    assert [c.samples.shape[1] for c in bus.read_audio("job_d", "")] == [10000, 20000, 10000]
+    np.testing.assert_array_equal(streamed(bus, "job_d"), agg.result().samples)
+
+
+def test_the_last_chunk_lost_is_sent_at_the_end(tmp_path):
+    bus = SpoolBus(tmp_path)
+    bus.listen("job_e")
+    agg, tap = AudioAggregator("incremental"), AudioTap(Flaky(bus, {2}), "job_e", 1)
+    for piece in (tone(1000), tone(500)):
+        tap.add(agg.add(piece, 16000), agg)
+    tap.finish(agg)
+    np.testing.assert_array_equal(streamed(bus, "job_e"), agg.result().samples)
+
+
+def test_a_bus_that_stays_down_is_given_up(tmp_path):
+    bus = SpoolBus(tmp_path)
+    bus.listen("job_f")
+    flaky = Flaky(bus, set(range(1, 100)))
+    agg, tap = AudioAggregator("incremental"), AudioTap(flaky, "job_f", 1)
+    for _ in range(10):
+        tap.add(agg.add(tone(100), 16000), agg)
+    assert flaky.calls == AudioTap.MAX_FAILURES and tap.bus is None

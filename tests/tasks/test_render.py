@@ -63,7 +63,7 @@ def test_completed_job_has_probed_output(rt, app, tenant):
     done = rt.jobs.get(job.id)
     assert done.status is JobStatus.COMPLETED and done.progress == 100
     [out] = done.outputs
-    assert out.key == f"{tenant}/{job.id}/0.flac"
+    assert out.key == f"{tenant}/{job.id}/a1/0.flac"
     probe = probe_audio(rt.store.get(out.key))
     assert probe.codec == "flac" and probe.sample_rate == 22050
     assert probe.duration_s == pytest.approx(out.duration_s, abs=1e-3)

@@ -3,11 +3,17 @@ or ended job survives, whatever the order of a delete, a cancel and the last upl
 
 from __future__ import annotations
 
+import hashlib
 import time
 import uuid
 
+import numpy as np
+
 from core.jobs import JobStatus
+from media.audio import Audio
+from pipelines import get_spec
 from storage.views import job_view, video_view
+from tasks.finalize import finalize_speech, output_key
 from tasks.render import run_job
 from tasks.retention import apply_retention, sweep_orphans
 
@@ -104,3 +110,53 @@ def test_video_expires_at_is_set_at_completion(rt, app, tenant):  # noqa: F811
     assert outcome(run_job(rt, app, job.id)) == "completed"
     view = video_view(rt.jobs.get(job.id), rt.store, 60)
     assert view.expires_at == view.completed_at + int(rt.settings.output_ttl_s)
+
+
+def tone(seconds: float, rate: int, pitch: float) -> Audio:
+    t = np.arange(int(seconds * rate)) / rate
+    return Audio((0.3 * np.sin(2 * np.pi * pitch * t)).astype(np.float32)[None, :], rate)
+
+
+def test_a_stale_attempt_cannot_overwrite_the_current_output(rt, tenant):  # noqa: F811
+    """Attempt 1's lease was reaped and attempt 2 completed; attempt 1 then uploads its
+    own result. The completed job's bytes must still be attempt 2's (its sha256)."""
+    spec = get_spec("piper-joe")
+    job = submit(rt, tenant, "piper-joe")
+    stale = rt.jobs.claim(job.id, "w1", 60)
+    assert rt.jobs.requeue(job.id, 1, queue=spec.queue, delay_s=0, code="lease_expired",
+                           message="reaped")
+    current = rt.jobs.claim(job.id, "w2", 60)
+    assert (stale.attempts, current.attempts) == (1, 2)
+    out = finalize_speech(rt.store, current, spec, tone(1.0, spec.sample_rate, 440), "wav")
+    assert rt.jobs.complete(job.id, 2, [out], 3600)
+    late = finalize_speech(rt.store, stale, spec, tone(1.5, spec.sample_rate, 220), "wav")
+    [recorded] = rt.jobs.get(job.id).outputs
+    assert hashlib.sha256(rt.store.get(recorded.key)).hexdigest() == recorded.sha256
+    assert late.key != recorded.key
+    # the stale attempt's object is an orphan: the sweep removes it, keeps the output
+    assert sweep_orphans(rt, None) == 1
+    assert set(rt.store.list_keys(f"{tenant}/{job.id}/")) == {recorded.key}
+
+
+def test_the_sweep_removes_superseded_attempts_of_a_running_job(rt, tenant):  # noqa: F811
+    spec = get_spec("piper-joe")
+    job = submit(rt, tenant, "piper-joe")
+    rt.jobs.claim(job.id, "w1", 60)
+    rt.jobs.requeue(job.id, 1, queue=spec.queue, delay_s=0, code="lease_expired",
+                    message="reaped")
+    first = f"{tenant}/{job.id}/a1/0.wav"
+    rt.store.put(first, b"x", "audio/wav")  # attempt 1 uploaded after it was reaped
+    assert sweep_orphans(rt, None) == 1  # queued again: attempt 1 is over
+    rt.jobs.claim(job.id, "w2", 60)
+    superseded, current = f"{tenant}/{job.id}/a1/0.wav", f"{tenant}/{job.id}/a2/0.wav"
+    legacy = f"{tenant}/{job.id}/0.wav"  # written before keys named their attempt
+    for key in (superseded, current, legacy):
+        rt.store.put(key, b"x", "audio/wav")
+    assert sweep_orphans(rt, None) == 1
+    assert set(rt.store.list_keys(f"{tenant}/{job.id}/")) == {current, legacy}
+
+
+def test_output_keys_name_the_attempt(rt, tenant):  # noqa: F811
+    job = submit(rt, tenant, "piper-joe")
+    claimed = rt.jobs.claim(job.id, "w1", 60)
+    assert output_key(claimed, 0, "wav") == f"{tenant}/{job.id}/a1/0.wav"

@@ -1,5 +1,6 @@
 """A real local HTTP receiver for webhook tests: records every request and answers with
-scripted responses per path (default 200), optionally holding a request open."""
+scripted responses per path (default 200), optionally holding a request open, answering
+late, trickling its headers a byte at a time or flooding them."""
 
 from __future__ import annotations
 
@@ -25,6 +26,9 @@ class Reply:
     status: int = 200
     headers: dict[str, str] = field(default_factory=dict)
     hold: threading.Event | None = None  # answer only once this is set
+    delay_s: float = 0.0  # answer this long after the request arrived
+    trickle_s: float | None = None  # send the headers one byte per this many seconds
+    flood_bytes: int = 0  # send a header this long
 
 
 class Receiver:
@@ -32,6 +36,7 @@ class Receiver:
         self.received: list[Received] = []
         self.script: dict[str, list[Reply]] = {}
         self.arrived = threading.Condition()
+        self.cut: dict[str, threading.Event] = {}  # per path: the sender hung up on us
         receiver = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -45,11 +50,30 @@ class Receiver:
                     receiver.arrived.notify_all()
                 if reply.hold is not None:
                     reply.hold.wait(60)
-                self.send_response(reply.status)
-                for name, value in reply.headers.items():
-                    self.send_header(name, value)
-                self.send_header("content-length", "0")
-                self.end_headers()
+                time.sleep(reply.delay_s)
+                try:
+                    if reply.trickle_s is not None or reply.flood_bytes:
+                        self._raw(reply)
+                        return
+                    self.send_response(reply.status)
+                    for name, value in reply.headers.items():
+                        self.send_header(name, value)
+                    self.send_header("content-length", "0")
+                    self.end_headers()
+                except OSError:  # the sender closed the connection
+                    receiver.cut.setdefault(self.path, threading.Event()).set()
+
+            def _raw(self, reply: Reply) -> None:
+                head = (f"HTTP/1.1 {reply.status} OK\r\nx-pad: " + "a" * reply.flood_bytes
+                        + "\r\ncontent-length: 0\r\n\r\n").encode()
+                if reply.trickle_s is None:
+                    self.wfile.write(head)
+                    self.wfile.flush()
+                    return
+                for i in range(len(head)):  # ~40 bytes: 20 s at 0.5 s a byte
+                    self.wfile.write(head[i:i + 1])
+                    self.wfile.flush()
+                    time.sleep(reply.trickle_s)
 
             def log_message(self, *_args) -> None:
                 pass
@@ -59,6 +83,10 @@ class Receiver:
         self.server.handle_error = lambda *_args: None  # a sender that hung up mid-reply
         self.port = self.server.server_address[1]
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def hung_up(self, path: str, timeout: float = 60) -> bool:
+        """Whether the sender closed a connection to ``path`` before we were done."""
+        return self.cut.setdefault(path, threading.Event()).wait(timeout)
 
     def url(self, path: str) -> str:
         return f"http://127.0.0.1:{self.port}{path}"

@@ -4,9 +4,9 @@ webhook-id, redirects are not followed, timeouts and DNS rebinding fail the atte
 from __future__ import annotations
 
 import json
-import threading
 import uuid
 from datetime import UTC, datetime
+from functools import partial
 
 import pytest
 from celery import Celery
@@ -19,7 +19,7 @@ from storage.migrate import upgrade
 from storage.records import JobWebhookRequest, NewJob, OutputRecord
 from storage.repositories import KeyRepository
 from storage.repositories.webhooks import default_events
-from tasks.deliver import deliver, lock_s, send
+from tasks.deliver import deliver, lock_s, send, send_test
 from tasks.runtime import WorkerRuntime
 
 from .receiver import Receiver, Reply, verify
@@ -112,15 +112,75 @@ def test_gives_up_when_the_schedule_runs_out(rt, receiver):
 
 
 def test_a_slow_receiver_times_out(rt, receiver):
-    hold = threading.Event()
-    receiver.reply("/slow", Reply(200, hold=hold))
+    """It answers 200 after 3 s: inside any default client timeout, outside the 1 s the
+    settings allow, so only the configured timeout can fail this attempt."""
+    receiver.reply("/slow", Reply(200, delay_s=3.0))
     tenant, job_id = completed_job(rt, receiver.url("/slow"))
-    try:
-        assert run_due(rt) == ["retrying"]
-    finally:
-        hold.set()
+    assert run_due(rt) == ["retrying"]
     [log] = rt.webhooks.deliveries_for_job(tenant, job_id)
     assert log.attempts[0].status_code is None and "timed out" in log.attempts[0].error
+
+
+def test_a_trickling_receiver_is_cut_at_the_deadline(rt, receiver):
+    """A header byte every 0.5 s never trips a 1 s timeout per read; the attempt's own
+    deadline must end it, and close the socket (the receiver sees the hang-up)."""
+    receiver.reply("/trickle", Reply(200, trickle_s=0.5))
+    tenant, job_id = completed_job(rt, receiver.url("/trickle"))
+    assert run_due(rt) == ["retrying"]
+    [log] = rt.webhooks.deliveries_for_job(tenant, job_id)
+    assert log.attempts[0].status_code is None and "timed out" in log.attempts[0].error
+    assert receiver.hung_up("/trickle")
+
+
+def test_a_flood_of_headers_fails_the_attempt(rt, receiver):
+    receiver.reply("/flood", Reply(200, flood_bytes=4 << 20))
+    tenant, job_id = completed_job(rt, receiver.url("/flood"))
+    assert run_due(rt) == ["retrying"]
+    [log] = rt.webhooks.deliveries_for_job(tenant, job_id)
+    assert log.attempts[0].status_code is None and log.attempts[0].error
+
+
+def test_the_endpoint_test_is_bounded_the_same_way(rt, receiver):
+    receiver.reply("/trickle-test", Reply(200, trickle_s=0.5))
+    code, error = send_test(rt.settings, receiver.url("/trickle-test"), ("whsec_" + "A" * 44,),
+                            "speech.completed")
+    assert code is None and "timed out" in error
+    assert receiver.hung_up("/trickle-test")
+
+
+def test_an_internationalised_host_is_sent_idna_encoded(rt, receiver):
+    asked: list[str] = []
+
+    def resolve(host: str, port: int) -> list[str]:
+        asked.append(host)
+        return ["127.0.0.1"]
+    url = f"http://bücher.example:{receiver.port}/idn"
+    result = send(url, json.dumps({"id": "evt_x"}), {}, rt.settings, resolver=resolve)
+    assert result.status_code == 200, result
+    assert asked == ["xn--bcher-kva.example"]
+    [got] = receiver.at("/idn")
+    assert got.headers["host"] == f"xn--bcher-kva.example:{receiver.port}"
+
+
+def test_an_internationalised_webhook_url_is_delivered(rt, receiver, monkeypatch):
+    # the name resolves nowhere here: the attempt resolves it to the receiver
+    monkeypatch.setattr("tasks.deliver.send", partial(
+        send, resolver=lambda host, port: ["127.0.0.1"] if host.startswith("xn--") else []))
+    tenant, job_id = completed_job(rt, f"http://bücher.example:{receiver.port}/idn-job")
+    assert run_due(rt) == ["succeeded"]
+    [log] = rt.webhooks.deliveries_for_job(tenant, job_id)
+    assert [a.status_code for a in log.attempts] == [200]
+
+
+def test_any_error_in_an_attempt_is_a_recorded_failure(rt, receiver, monkeypatch):
+    def broken(*_args, **_kwargs):
+        raise RuntimeError("a bug while sending")
+    monkeypatch.setattr("tasks.deliver.signed_headers", broken)
+    tenant, job_id = completed_job(rt, receiver.url("/never"))
+    assert run_due(rt) == ["retrying"]
+    [log] = rt.webhooks.deliveries_for_job(tenant, job_id)
+    assert log.attempts[0].status_code is None and "RuntimeError" in log.attempts[0].error
+    assert receiver.at("/never") == []
 
 
 def test_dns_rebinding_is_refused_at_delivery(rt, receiver):
