@@ -93,13 +93,15 @@ def _filtered(q, f: JobFilter):
 def cancel_batch_jobs(s: Session, batch_id: str, now: datetime) -> int:
     """queued|running -> cancelled for every unfinished job of a batch, in one statement
     of the caller's transaction (a running job's worker stops at its next heartbeat).
-    The batch's own event reports it; no per-job events."""
-    history.close_batch_attempts(s, batch_id, now)
-    return s.execute(update(Job).where(
+    The batch's own event reports it; no per-job events. The jobs first, then their open
+    attempts: the order a worker's transitions lock them in, so the two never deadlock."""
+    cancelled = s.execute(update(Job).where(
         Job.batch_id == batch_id,
         Job.status.in_([JobStatus.QUEUED.value, JobStatus.RUNNING.value])).values(
         status=JobStatus.CANCELLED.value, completed_at=now, updated_at=now,
         lease_expires_at=None)).rowcount
+    history.close_batch_attempts(s, batch_id, now)
+    return cancelled
 
 
 def _claim_statement(with_token: bool):
