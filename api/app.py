@@ -23,8 +23,11 @@ from storage.repositories import (
     OutboxRepository,
     WebhookRepository,
 )
+from storage.repositories.activity import ActivityRepository
 from storage.repositories.quotas import INTERACTIVE, Quota, Quotas
+from storage.repositories.sessions import SessionRepository
 
+from . import console
 from .auth import Authenticator
 from .deps import Publisher, PublishMany, Services, StreamEncoderFactory, WebhookTester
 from .errors import install_error_handlers
@@ -78,7 +81,9 @@ def create_app(settings: Settings, publish: Publisher,
         yield
         submitter.flush()
 
-    app = FastAPI(title="omnijobs", version=version("omnijobs"), lifespan=lifespan)
+    # /docs is the console's (api/console/assets.py): Swagger UI from the package, offline.
+    app = FastAPI(title="omnijobs", version=version("omnijobs"), lifespan=lifespan,
+                  docs_url=None, redoc_url=None)
     app.state.engine = engine
     app.state.services = Services(
         settings=settings, jobs=JobRepository(sessions, quotas), keys=keys,
@@ -89,11 +94,13 @@ def create_app(settings: Settings, publish: Publisher,
         files=FileRepository(sessions), batches=BatchRepository(sessions),
         publish_many=publish_many, submitter=submitter,
         live=Live(bus, bus.watcher()), stream_encoder=stream_encoder,
-        streamable=streamable if stream_encoder is not None else frozenset())
+        streamable=streamable if stream_encoder is not None else frozenset(),
+        console_sessions=SessionRepository(sessions), activity=ActivityRepository(sessions))
     install_error_handlers(app)
     for module in (speech, videos, jobs, events, models, objects, files, batches, webhooks):
         app.include_router(module.router, responses=ERROR_RESPONSES)
     app.include_router(health.router)
+    console.install(app)
     if settings.metrics_public:
         app.include_router(health.metrics_router)
     app.add_middleware(AccessLog)

@@ -26,6 +26,9 @@ from .auth import Authenticator
 from .ratelimit import RateLimiter
 
 if TYPE_CHECKING:
+    from storage.repositories.activity import ActivityRepository
+    from storage.repositories.sessions import SessionRepository
+
     from .live import Live
     from .submitter import Submitter
 
@@ -61,6 +64,8 @@ class Services:
     live: Live | None = None
     stream_encoder: StreamEncoderFactory | None = None
     streamable: frozenset[str] = frozenset()
+    console_sessions: SessionRepository | None = None  # the console's (api/console/)
+    activity: ActivityRepository | None = None
 
 
 async def services(request: Request) -> Services:

@@ -1,7 +1,9 @@
 """The request guard: what every route of ours does before its handler reads the body.
 
 1. The API key is checked from the headers alone, so an anonymous or wrong-key request
-   is answered 401 before one byte of its body is read or parsed.
+   is answered 401 before one byte of its body is read or parsed. A route may name
+   another check of the headers instead (``authenticated_by``: the console's session
+   cookie), run at the same point.
 2. The body is capped by its route's limit (``OMNIJOBS_MAX_BODY_BYTES`` unless the route
    declares its own with ``body_limit``): a declared length over it is a 413 at once, a
    streamed body is cut off with a 413 as soon as it passes it; the rest is never read.
@@ -41,14 +43,18 @@ POLICY_ATTR = "__omnijobs_policy__"
 # Methods a metric label may name; any other (a client may send any token) is "other".
 METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 Limit = Callable[[Settings], int]
+# Checks a request's headers (never its body) and answers who is asking, or raises.
+Authenticate = Callable[[Request], Awaitable[object]]
 
 
 @dataclass(frozen=True)
 class Policy:
-    """What a route asks of the guard: no key (``public``), or another body limit."""
+    """What a route asks of the guard: no key (``public``), another body limit, or
+    another way to authenticate (``authenticate``, which sets ``request.state.viewer``)."""
 
     public: bool = False
     max_body_bytes: Limit | None = None
+    authenticate: Authenticate | None = None
 
 
 def policy_of(endpoint: Callable) -> Policy:
@@ -59,6 +65,16 @@ def public(endpoint: Callable) -> Callable:
     """Declare a route that takes no API key (health, signed file URLs)."""
     setattr(endpoint, POLICY_ATTR, replace(policy_of(endpoint), public=True))
     return endpoint
+
+
+def authenticated_by(check: Authenticate) -> Callable[[Callable], Callable]:
+    """Declare a route authenticated by ``check`` (from the headers, before the body is
+    read) instead of an API key."""
+
+    def declare(endpoint: Callable) -> Callable:
+        setattr(endpoint, POLICY_ATTR, replace(policy_of(endpoint), authenticate=check))
+        return endpoint
+    return declare
 
 
 def body_limit(limit: Limit) -> Callable[[Callable], Callable]:
@@ -89,7 +105,9 @@ class GuardedRoute(APIRoute):
 
         async def guarded(request: Request) -> Response:
             svc = request.app.state.services
-            if not policy.public:
+            if policy.authenticate is not None:
+                request.state.viewer = await policy.authenticate(request)
+            elif not policy.public:
                 request.state.tenant_id = await _tenant(svc.auth, request)
             limit = (policy.max_body_bytes or _default_limit)(svc.settings)
             if _declared_length(request) > limit:

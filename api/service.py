@@ -73,7 +73,9 @@ def parse_prefer(header: str | None, default_s: float, max_s: float) -> float | 
     return min(wait, max_s)
 
 
-def get_job(svc: Services, tenant: str, job_id: str, kind: JobKind | None = None) -> JobRecord:
+def get_job(svc: Services, tenant: str | None, job_id: str, kind: JobKind | None = None
+            ) -> JobRecord:
+    """The tenant's job (``tenant`` None, every tenant's: an operator's console)."""
     job = svc.jobs.get(job_id, tenant) if is_job_id(job_id) else None
     if job is None or (kind is not None and job.kind is not kind):
         raise not_found(job_id, kind)
@@ -92,6 +94,19 @@ def not_found(job_id: str, kind: JobKind | None = None) -> NotFound:
     shown = job_id if is_job_id(job_id) else clip(job_id)
     noun = "video" if kind is JobKind.VIDEO else "job"
     return NotFound(f"no {noun} with id '{shown}'", param="id")
+
+
+def remove_job(svc: Services, tenant: str, job: JobRecord, kind: JobKind | None = None) -> None:
+    """Cancel first if still queued or running, then remove the objects and the record
+    (``DELETE /v1/videos/{id}`` and ``DELETE /v1/jobs/{id}``). Objects a running worker
+    uploads after this are its own to delete, or the orphan sweep's."""
+    if not job.status.terminal:
+        job = found(svc.jobs.cancel(job.id, tenant), job.id, kind)
+        svc.live.notify(job.id)
+    keys = {o.key for o in job.outputs} | set(svc.store.list_keys(f"{job.tenant_id}/{job.id}/"))
+    svc.store.delete(sorted(keys))
+    if not svc.jobs.delete(job.id, tenant):
+        raise not_found(job.id, kind)
 
 
 def job_public(svc: Services, job: JobRecord) -> JobPublic:

@@ -78,6 +78,22 @@ class AuthenticationFailed(OmniJobsError):
     code = "invalid_api_key"
 
 
+class SignInRequired(AuthenticationFailed):
+    """A console page asked for without a session: none, signed out, or idle past
+    ``OMNIJOBS_CONSOLE_IDLE_S`` (a page is sent to the sign-in form instead)."""
+
+    code = "sign_in_required"
+
+
+class CsrfRefused(OmniJobsError):
+    """A console action without its session's CSRF token (or with another one): refused
+    before it does anything."""
+
+    http_status = 403
+    error_type = "invalid_request_error"
+    code = "csrf_token_invalid"
+
+
 class NotFound(OmniJobsError):
     """The resource does not exist or belongs to another tenant (indistinguishable)."""
 

@@ -232,6 +232,9 @@ class Settings(BaseSettings):
     log_format: Literal["json", "text"] = Field(
         "json", description="`json` (one object per line) or `text` (for a person; "
         "`omnijobs dev` uses it)")
+    console_idle_s: float = Field(
+        900.0, gt=0, le=86400, description="A console session idle this long is signed out "
+        "(15 minutes)")
 
     @model_validator(mode="after")
     def _refuse_placeholders(self) -> Settings:

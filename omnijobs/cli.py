@@ -95,11 +95,15 @@ def _when(value) -> str:
 
 
 @keys_cli.command("create")
-def keys_create(tenant: Annotated[str, typer.Option(help="Tenant name (created if new)")]
-                ) -> None:
+def keys_create(
+    tenant: Annotated[str, typer.Option(help="Tenant name (created if new)")],
+    operator: Annotated[bool, typer.Option(
+        help="An operator's key: the console (/console) shows it every tenant")] = False,
+) -> None:
     """Create an API key for TENANT; the key is printed alone on the last line."""
-    tenant_id, key = _keys().create_key(tenant)
-    typer.echo(f"tenant {tenant} ({tenant_id}): new API key below; it is shown only once")
+    tenant_id, key = _keys().create_key(tenant, operator=operator)
+    kind = "operator key (the console shows every tenant)" if operator else "API key"
+    typer.echo(f"tenant {tenant} ({tenant_id}): new {kind} below; it is shown only once")
     typer.echo(key)
 
 

@@ -222,17 +222,21 @@ class Watcher:
         self._task: asyncio.Task | None = None
 
     @contextlib.contextmanager
-    def subscribe(self, job_id: str) -> Iterator[Subscription]:
+    def subscribe(self, *job_ids: str) -> Iterator[Subscription]:
+        """One subscription woken by a notice of any of these jobs (a list of jobs
+        watches its rows with one)."""
         self._ensure_running()
         sub = Subscription()
-        self._subs.setdefault(job_id, set()).add(sub)
+        for job_id in job_ids:
+            self._subs.setdefault(job_id, set()).add(sub)
         try:
             yield sub
         finally:
-            subs = self._subs.get(job_id, set())
-            subs.discard(sub)
-            if not subs:
-                self._subs.pop(job_id, None)
+            for job_id in job_ids:
+                subs = self._subs.get(job_id, set())
+                subs.discard(sub)
+                if not subs:
+                    self._subs.pop(job_id, None)
 
     @property
     def active(self) -> int:

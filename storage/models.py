@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 from sqlalchemy import (
     JSON,
     BigInteger,
+    Boolean,
     DateTime,
     Float,
     ForeignKey,
@@ -15,6 +16,7 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    false,
     text,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
@@ -70,6 +72,22 @@ class ApiKey(Base):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime())
     revoked_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     last_used_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    # An operator's key: the console shows it every tenant (``keys create --operator``).
+    operator: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+
+
+class ConsoleSession(Base):
+    """A browser signed in to the console with a key. Only the SHA-256 of the cookie's
+    token is stored; the row goes with its key (revoked keys end their sessions too)."""
+
+    __tablename__ = "console_sessions"
+    __table_args__ = (Index("ix_console_sessions_last_seen", "last_seen_at"),)
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    key_id: Mapped[str] = mapped_column(ForeignKey("api_keys.id", ondelete="CASCADE"))
+    csrf: Mapped[str] = mapped_column(String(64))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    last_seen_at: Mapped[datetime] = mapped_column(UTCDateTime())
 
 
 class Job(Base):
@@ -123,6 +141,23 @@ class Job(Base):
     outputs: Mapped[list[Output]] = relationship(
         back_populates="job", order_by="Output.index", lazy="selectin",
         cascade="all, delete-orphan")
+
+
+class JobAttempt(Base):
+    """One attempt of a job: who claimed it and when, and how it ended (a job row keeps
+    only its latest attempt). Written in the transactions of the job's transitions."""
+
+    __tablename__ = "job_attempts"
+
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"),
+                                        primary_key=True)
+    attempt: Mapped[int] = mapped_column(Integer, primary_key=True)
+    worker_id: Mapped[str | None] = mapped_column(String(200))
+    claimed_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    ended_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    outcome: Mapped[str | None] = mapped_column(String(16))
+    error_code: Mapped[str | None] = mapped_column(String(64))
+    error_message: Mapped[str | None] = mapped_column(Text)
 
 
 class Output(Base):

@@ -17,11 +17,12 @@ import shutil
 import tempfile
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Protocol
 from urllib.parse import quote, urlencode
 
-from core.errors import NotFound, SignatureInvalid, StorageFailed
+from core.errors import NotFound, RangeNotSatisfiable, SignatureInvalid, StorageFailed
 from core.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -37,6 +38,15 @@ def object_key(tenant_id: str, job_id: str, attempt: int, index: int, extension:
     the newer attempt's bytes. Keys written before the attempt was named
     (``<tenant>/<job>/<index>.<ext>``) stay where their rows say."""
     return f"{tenant_id}/{job_id}/a{attempt}/{index}.{extension}"
+
+
+@dataclass(frozen=True)
+class ObjectPart:
+    """An object's bytes, or the range of them a client asked for."""
+
+    chunks: Iterator[bytes]
+    length: int
+    content_range: str | None  # set when a range was answered (a 206)
 
 
 class ObjectStore(Protocol):
@@ -198,6 +208,9 @@ class S3Store:
             code = exc.response.get("Error", {}).get("Code", "")
             if code in ("NoSuchKey", "404", "NotFound"):
                 raise NotFound("object not found") from exc
+            if code == "InvalidRange":
+                raise RangeNotSatisfiable("the range lies past the end of the object",
+                                          param="Range") from exc
             raise StorageFailed(f"object store {what} failed: {code or 'error'}") from exc
         except BotoCoreError as exc:
             raise StorageFailed(f"object store {what} failed: {type(exc).__name__}") from exc
@@ -259,6 +272,14 @@ class S3Store:
             yield from body.iter_chunks(CHUNK)
         except BotoCoreError as exc:
             raise StorageFailed(f"object store read failed: {type(exc).__name__}") from exc
+
+    def read_range(self, key: str, byte_range: str | None) -> ObjectPart:
+        """The object, or the ``Range`` a client sent (S3 parses and answers it), for a
+        player that seeks."""
+        extra = {"Range": byte_range} if byte_range else {}
+        resp = self._call("get", self._client.get_object, Key=key, **extra)
+        return ObjectPart(self._chunks(resp["Body"]), int(resp["ContentLength"]),
+                          resp.get("ContentRange") if byte_range else None)
 
     def delete(self, keys: list[str]) -> None:
         for start in range(0, len(keys), 1000):  # the API's limit per request

@@ -158,6 +158,8 @@ class DeliveryLogRecord:
     next_attempt_at: datetime | None
     created_at: datetime
     attempts: tuple[AttemptRecord, ...]
+    job_id: str | None = None  # the job (or batch) the event reports
+    tenant_id: str | None = None
 
 
 @dataclass(frozen=True)
@@ -169,6 +171,44 @@ class KeyRecord:
     created_at: datetime
     last_used_at: datetime | None
     revoked_at: datetime | None
+
+
+@dataclass(frozen=True)
+class JobAttemptRecord:
+    """One attempt of a job, for its timeline."""
+
+    attempt: int
+    worker_id: str | None
+    claimed_at: datetime
+    ended_at: datetime | None
+    outcome: str | None  # completed, failed, retried, cancelled; None while it runs
+    error_code: str | None
+    error_message: str | None
+
+
+@dataclass(frozen=True)
+class JobFilter:
+    """What a list of jobs may be narrowed to (all optional). ``tenant_id`` None is
+    every tenant: only an operator's console asks for that."""
+
+    tenant_id: str | None
+    status: JobStatus | None = None
+    kind: JobKind | None = None
+    model: str | None = None
+    batch_id: str | None = None
+    created_after: datetime | None = None
+    created_before: datetime | None = None
+
+
+@dataclass(frozen=True)
+class SessionRecord:
+    """A signed-in console session: whose key, which tenant, and its CSRF token."""
+
+    tenant_id: str
+    tenant_name: str
+    operator: bool
+    key_prefix: str
+    csrf: str
 
 
 # ---- files and batches ---------------------------------------------------------------

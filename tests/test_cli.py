@@ -61,6 +61,8 @@ def test_migrate_says_what_it_did(tmp_path):
     assert f"already at the latest revision ({head_revision()})" in again.stdout
     made = omnijobs(tmp_path, "keys", "create", "--tenant", "acme")
     assert made.returncode == 0 and made.stdout.strip().splitlines()[-1].startswith("oj-")
+    operator = omnijobs(tmp_path, "keys", "create", "--tenant", "ops", "--operator")
+    assert operator.returncode == 0 and "operator key" in operator.stdout
 
 
 @pytest.mark.parametrize(("env", "expected"), [

@@ -33,6 +33,10 @@ def test_wheel_holds_the_top_level_packages_and_alembic_scripts(wheel):
     assert {"migrations/env.py", "migrations/script.py.mako",
             "migrations/versions/0001_initial_schema.py", "omnijobs/cli.py"} <= names
     assert not [n for n in names if n.startswith(("tests/", "bench/"))]
+    # The console's pages and files, and what /docs serves, come with the wheel.
+    assert {"api/console/templates/base.html", "api/console/templates/job.html",
+            "api/console/static/console.js", "api/console/static/console.css",
+            "api/console/static/docs.js"} <= names
 
 
 def test_migrate_runs_from_the_installed_wheel(wheel, tmp_path):

@@ -38,7 +38,7 @@ class BatchCreate(BaseModel):
     _metadata = field_validator("metadata")(check_metadata)
 
 
-def get_batch(svc: Services, tenant: str, batch_id: str) -> BatchRecord:
+def get_batch(svc: Services, tenant: str | None, batch_id: str) -> BatchRecord:
     record = svc.batches.get(batch_id, tenant)
     if record is None:
         raise NotFound(f"no batch with id '{clip(batch_id)}'", param="id")

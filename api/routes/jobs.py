@@ -2,20 +2,29 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from fastapi import APIRouter, Depends, Query
 from fastapi.responses import StreamingResponse
+from pydantic import BaseModel
 
 from core.errors import Conflict, NotFound, OutputExpired
 from core.jobs import JobKind, JobStatus
-from storage.records import JobRecord
+from storage.records import JobRecord, OutputRecord
 from storage.views import outputs_expired
 
 from ..deps import Services, services, tenant_id
 from ..guard import GuardedRoute
 from ..schemas import JobList, JobPublic
-from ..service import Page, found, get_job, job_public, list_page
+from ..service import Page, found, get_job, job_public, list_page, remove_job
 
 router = APIRouter(prefix="/v1/jobs", route_class=GuardedRoute)
+
+
+class JobDeleted(BaseModel):
+    id: str
+    object: Literal["job.deleted"] = "job.deleted"
+    deleted: bool = True
 
 
 @router.get("", response_model=JobList)
@@ -44,13 +53,23 @@ def cancel_job(job_id: str, svc: Services = Depends(services),
     return job_public(svc, job)
 
 
+@router.delete("/{job_id}", response_model=JobDeleted)
+def delete_job(job_id: str, svc: Services = Depends(services),
+               tenant: str = Depends(tenant_id)) -> JobDeleted:
+    """Any kind of job: cancelled first if it is still queued or running, then its
+    outputs and its record are removed (as ``DELETE /v1/videos/{id}`` does)."""
+    remove_job(svc, tenant, get_job(svc, tenant, job_id))
+    return JobDeleted(id=job_id)
+
+
 def not_cancellable(job: JobRecord) -> None:
     if job.status.terminal:
         raise Conflict(f"job {job.id} is {job.status.value}; only a queued or running job "
                        "can be cancelled", code="job_not_cancellable")
 
 
-def stream_output(svc: Services, job, index: int) -> StreamingResponse:
+def output_of(job: JobRecord, index: int) -> OutputRecord:
+    """Output ``index`` of a completed job whose outputs have not expired."""
     if job.status is not JobStatus.COMPLETED:
         raise Conflict(f"job {job.id} is {job.status.value}; content exists once it is "
                        "completed", code="job_not_completed")
@@ -59,6 +78,11 @@ def stream_output(svc: Services, job, index: int) -> StreamingResponse:
         raise NotFound(f"job {job.id} has no output {index}", param="index")
     if outputs_expired(job):
         raise OutputExpired(f"the outputs of job {job.id} have expired and were deleted")
+    return out
+
+
+def stream_output(svc: Services, job, index: int) -> StreamingResponse:
+    out = output_of(job, index)
     try:
         chunks = svc.store.stream(out.key)
     except NotFound:  # deleted since the job was read: retention (410) or a DELETE (404)

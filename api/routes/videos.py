@@ -22,7 +22,7 @@ from storage.views import video_view
 from ..deps import Services, services, tenant_id
 from ..guard import GuardedRoute
 from ..schemas import VideoCreate, VideoDeleted, VideoList, VideoPublic, video_request_body
-from ..service import Page, found, get_job, list_page, not_found, submit
+from ..service import Page, get_job, list_page, remove_job, submit
 from .jobs import stream_output
 from .webhooks import job_webhook
 
@@ -162,13 +162,7 @@ def delete_video(video_id: str, svc: Services = Depends(services),
                  tenant: str = Depends(tenant_id)) -> VideoDeleted:
     """Cancel first if still queued or running, then remove the objects and the record."""
     job = get_job(svc, tenant, video_id, JobKind.VIDEO)
-    if not job.status.terminal:
-        job = found(svc.jobs.cancel(job.id, tenant), video_id, JobKind.VIDEO)
-        svc.live.notify(job.id)
-    keys = {o.key for o in job.outputs} | set(svc.store.list_keys(f"{job.tenant_id}/{job.id}/"))
-    svc.store.delete(sorted(keys))
-    if not svc.jobs.delete(job.id, tenant):
-        raise not_found(video_id, JobKind.VIDEO)
+    remove_job(svc, tenant, job, JobKind.VIDEO)
     return VideoDeleted(id=job.id)
 
 

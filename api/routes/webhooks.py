@@ -11,6 +11,7 @@ from core.errors import InvalidRequest, NotFound, ServiceUnavailable, clip
 from core.jobs import JobKind
 from core.ssrf import check_url
 from storage.records import DeliveryLogRecord, EndpointRecord, JobWebhookRequest
+from storage.repositories.webhook_log import DELIVERY_PREFIX, parse_delivery_id
 from storage.repositories.webhooks import EVENT_TYPES, default_events
 from storage.views import timestamp
 
@@ -169,7 +170,7 @@ def default_secret(svc: Services = Depends(services),
 
 def _delivery(d: DeliveryLogRecord) -> WebhookDeliveryPublic:
     return WebhookDeliveryPublic(
-        id=f"whd_{d.id}", event_id=d.event_id, event_type=d.event_type,
+        id=f"{DELIVERY_PREFIX}{d.id}", event_id=d.event_id, event_type=d.event_type,
         webhook_endpoint_id=d.endpoint_id, status=d.status,
         next_attempt_at=timestamp(d.next_attempt_at), created_at=timestamp(d.created_at),
         attempts=[WebhookAttemptPublic(
@@ -194,3 +195,22 @@ def job_deliveries(job_id: str, svc: Services = Depends(services),
 def video_deliveries(video_id: str, svc: Services = Depends(services),
                      tenant: str = Depends(tenant_id)) -> WebhookDeliveryList:
     return _log(svc, tenant, video_id, JobKind.VIDEO)
+
+
+@router.post("/v1/webhook_deliveries/{delivery_id}/replay", response_model=WebhookDeliveryPublic)
+def replay_delivery(delivery_id: str, svc: Services = Depends(services),
+                    tenant: str = Depends(tenant_id)) -> WebhookDeliveryPublic:
+    """Send a delivery once more, now: a new attempt of the same event (the same
+    ``webhook-id``), signed with the secret that is current when it is sent. The answer
+    is the delivery as it stands (``pending``); its attempts list grows once sent."""
+    return _delivery(replay(svc, tenant, delivery_id))
+
+
+def replay(svc: Services, tenant: str | None, public_id: str) -> DeliveryLogRecord:
+    """The replay itself (the console's button calls it too; ``tenant`` None: an
+    operator's, any tenant's delivery)."""
+    number = parse_delivery_id(public_id)
+    record = svc.webhooks.replay(tenant, number) if number is not None else None
+    if record is None:
+        raise NotFound(f"no webhook delivery with id '{clip(public_id)}'", param="id")
+    return record

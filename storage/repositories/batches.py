@@ -35,6 +35,7 @@ from .bulk import insert_rows
 from .files import add_file
 from .jobs import ID_PREFIX, cancel_batch_jobs
 from .jobs import _record as job_record
+from .scope import tenant_is
 from .webhooks import stage_batch_event
 
 ACTIVE = (BatchStatus.VALIDATING, BatchStatus.IN_PROGRESS, BatchStatus.FINALIZING,
@@ -68,12 +69,12 @@ def _unfinished():
     return exists().where(Job.batch_id == Batch.id, Job.status.in_(UNFINISHED_JOB))
 
 
-def _cursor(s: Session, tenant_id: str, after: str):
+def _cursor(s: Session, tenant_id: str | None, after: str):
     """(created_at, id) of the tenant's batch ``after``; an unknown one is an error, never
     a restart at page one (a client paging through would loop)."""
     row = s.execute(select(Batch.created_at, Batch.id).where(
-        Batch.id == after, Batch.tenant_id == tenant_id)).first() if BATCH_ID.fullmatch(
-        after) else None
+        Batch.id == after, tenant_is(Batch.tenant_id, tenant_id))).first() \
+        if BATCH_ID.fullmatch(after) else None
     if row is None:
         raise InvalidRequest("'after' is not a batch of this list (unknown or deleted)",
                              param="after", code="invalid_cursor")
@@ -151,11 +152,12 @@ class BatchRepository:
             batch = s.scalar(q)
             return _record(batch, _counts(s, [batch]).get(batch.id)) if batch else None
 
-    def list(self, tenant_id: str, *, after: str | None = None, limit: int = 20
+    def list(self, tenant_id: str | None, *, after: str | None = None, limit: int = 20
              ) -> tuple[list[BatchRecord], bool]:
-        """Newest first, cursor on (created_at, id); returns (page, has_more)."""
+        """Newest first, cursor on (created_at, id); returns (page, has_more). ``None``:
+        every tenant's (storage.repositories.scope)."""
         with self._sessions() as s:
-            q = select(Batch).where(Batch.tenant_id == tenant_id)
+            q = select(Batch).where(tenant_is(Batch.tenant_id, tenant_id))
             if after is not None:
                 cursor = _cursor(s, tenant_id, after)
                 q = q.where((Batch.created_at < cursor[0])

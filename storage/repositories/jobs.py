@@ -20,7 +20,16 @@ from core.errors import MESSAGE_LIMIT, InvalidRequest, TooManyRequests
 from core.jobs import TERMINAL, JobKind, JobStatus
 
 from ..models import Job, OutboxMessage, Output, UTCDateTime
-from ..records import JobObjects, JobRecord, NewJob, OutboxRecord, OutputRecord
+from ..records import (
+    JobAttemptRecord,
+    JobFilter,
+    JobObjects,
+    JobRecord,
+    NewJob,
+    OutboxRecord,
+    OutputRecord,
+)
+from . import attempts as history
 from .outbox import _record as outbox_record
 from .outbox import add_render, new_token
 from .quotas import Quotas
@@ -52,11 +61,11 @@ def _record(j: Job, outputs: tuple[OutputRecord, ...] | None = None) -> JobRecor
     )
 
 
-def _after(s: Session, tenant_id: str, after: str, order: str):
+def _after(s: Session, tenant_id: str | None, after: str, order: str):
     """The rows past the cursor. An unknown (or deleted) cursor is an error, never a
     restart at page one: a client paging through would loop."""
-    cursor = s.execute(select(Job.created_at, Job.id).where(
-        Job.id == after, Job.tenant_id == tenant_id)).first()
+    q = select(Job.created_at, Job.id).where(Job.id == after)
+    cursor = s.execute(q if tenant_id is None else q.where(Job.tenant_id == tenant_id)).first()
     if cursor is None:
         raise InvalidRequest("'after' is not a job of this list (unknown or deleted)",
                              param="after", code="invalid_cursor")
@@ -66,15 +75,33 @@ def _after(s: Session, tenant_id: str, after: str, order: str):
     return (Job.created_at > cursor[0]) | ((Job.created_at == cursor[0]) & (Job.id > cursor[1]))
 
 
+def _filtered(q, f: JobFilter):
+    """The list's ``WHERE``: one place, whoever lists (the API's routes, the console)."""
+    if f.tenant_id is not None:
+        q = q.where(Job.tenant_id == f.tenant_id)
+    for value, column in ((f.status, Job.status), (f.kind, Job.kind), (f.model, Job.model),
+                          (f.batch_id, Job.batch_id)):
+        if value is not None:
+            q = q.where(column == str(value))
+    if f.created_after is not None:
+        q = q.where(Job.created_at >= f.created_after)
+    if f.created_before is not None:
+        q = q.where(Job.created_at < f.created_before)
+    return q
+
+
 def cancel_batch_jobs(s: Session, batch_id: str, now: datetime) -> int:
     """queued|running -> cancelled for every unfinished job of a batch, in one statement
     of the caller's transaction (a running job's worker stops at its next heartbeat).
-    The batch's own event reports it; no per-job events."""
-    return s.execute(update(Job).where(
+    The batch's own event reports it; no per-job events. The jobs first, then their open
+    attempts: the order a worker's transitions lock them in, so the two never deadlock."""
+    cancelled = s.execute(update(Job).where(
         Job.batch_id == batch_id,
         Job.status.in_([JobStatus.QUEUED.value, JobStatus.RUNNING.value])).values(
         status=JobStatus.CANCELLED.value, completed_at=now, updated_at=now,
         lease_expires_at=None)).rowcount
+    history.close_batch_attempts(s, batch_id, now)
+    return cancelled
 
 
 def _claim_statement(with_token: bool):
@@ -175,14 +202,16 @@ class JobRepository:
              order: str = "desc", status: JobStatus | None = None,
              kind: JobKind | None = None) -> tuple[list[JobRecord], bool]:
         """Cursor pagination on (created_at, id); returns (page, has_more)."""
+        return self.find(JobFilter(tenant_id, status=status, kind=kind), after=after,
+                         limit=limit, order=order)
+
+    def find(self, f: JobFilter, *, after: str | None = None, limit: int = 20,
+             order: str = "desc") -> tuple[list[JobRecord], bool]:
+        """``list`` with every filter (``f.tenant_id`` None: every tenant's jobs)."""
         with self._sessions() as s:
-            q = select(Job).where(Job.tenant_id == tenant_id)
-            if status is not None:
-                q = q.where(Job.status == status.value)
-            if kind is not None:
-                q = q.where(Job.kind == kind.value)
+            q = _filtered(select(Job), f)
             if after is not None:
-                q = q.where(_after(s, tenant_id, after, order))
+                q = q.where(_after(s, f.tenant_id, after, order))
             if order == "desc":
                 q = q.order_by(Job.created_at.desc(), Job.id.desc())
             else:
@@ -207,6 +236,7 @@ class JobRepository:
             if job is None:
                 return None
             stage_job_event(s, job_id, "started", job)
+            history.open_attempt(s, job_id, job.attempts, worker_id, now)
             # Outputs are written only with ``completed``: a job leaving ``queued`` has none.
             return _record(job, outputs=())
 
@@ -245,6 +275,7 @@ class JobRepository:
             s.execute(delete(Output).where(Output.job_id == job_id))
             s.add_all(Output(job_id=job_id, created_at=now, **asdict(o)) for o in outputs)
             stage_job_event(s, job_id, "completed")
+            history.close_attempt(s, job_id, now, history.COMPLETED)
             return True
 
     def fail(self, job_id: str, code: str, message: str, *, attempt: int | None = None,
@@ -262,6 +293,7 @@ class JobRepository:
                 lease_expires_at=None)).rowcount == 1
             if failed:
                 stage_job_event(s, job_id, "failed")
+                history.close_attempt(s, job_id, now, history.FAILED, code, message)
             return failed
 
     def requeue(self, job_id: str, attempt: int, *, queue: str, delay_s: float,
@@ -283,6 +315,7 @@ class JobRepository:
                 error_message=message[:MESSAGE_LIMIT], dispatch_token=token))
             if res.rowcount != 1:
                 return None
+            history.close_attempt(s, job_id, now, history.RETRIED, code, message)
             return outbox_record(add_render(s, job_id, queue, token, delay_s))
 
     def cancel(self, job_id: str, tenant_id: str) -> JobRecord | None:
@@ -295,7 +328,13 @@ class JobRepository:
                     status=JobStatus.CANCELLED.value, completed_at=now, updated_at=now,
                     lease_expires_at=None)).rowcount == 1:
                 stage_job_event(s, job_id, "cancelled")
+                history.close_attempt(s, job_id, now, history.CANCELLED)
         return self.get(job_id, tenant_id)
+
+    def attempts(self, job_id: str) -> list[JobAttemptRecord]:
+        """The job's attempts, oldest first (its timeline)."""
+        with self._sessions() as s:
+            return history.attempts_of(s, job_id)
 
     def expired_leases(self, limit: int = 100) -> list[JobRecord]:
         with self._sessions() as s:

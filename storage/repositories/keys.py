@@ -33,8 +33,10 @@ class KeyRepository:
     def __init__(self, sessions: sessionmaker[Session]) -> None:
         self._sessions = sessions
 
-    def create_key(self, tenant_name: str) -> tuple[str, str]:
-        """Create the tenant if needed and a new key for it; returns (tenant_id, key)."""
+    def create_key(self, tenant_name: str, operator: bool = False) -> tuple[str, str]:
+        """Create the tenant if needed and a new key for it; returns (tenant_id, key).
+        An ``operator`` key sees every tenant in the console (its own tenant's jobs
+        through the API, as any key)."""
         key = KEY_PREFIX + secrets.token_urlsafe(32)
         now = datetime.now(UTC)
         with self._sessions.begin() as s:
@@ -44,7 +46,8 @@ class KeyRepository:
                 s.add(tenant)
                 s.flush()
             s.add(ApiKey(id="key_" + uuid.uuid4().hex, tenant_id=tenant.id,
-                         prefix=key[:PREFIX_CHARS], key_hash=hash_key(key), created_at=now))
+                         prefix=key[:PREFIX_CHARS], key_hash=hash_key(key), created_at=now,
+                         operator=operator))
             return tenant.id, key
 
     def authenticate(self, key: str) -> str | None:
@@ -59,6 +62,11 @@ class KeyRepository:
             if row.last_used_at is None or row.last_used_at < now - LAST_USED_EVERY:
                 s.execute(update(ApiKey).where(ApiKey.id == row.id).values(last_used_at=now))
             return row.tenant_id
+
+    def tenants(self) -> dict[str, str]:
+        """Every tenant, id -> name (the console names them for an operator)."""
+        with self._sessions() as s:
+            return dict(s.execute(select(Tenant.id, Tenant.name).order_by(Tenant.name)).all())
 
     def list_keys(self, tenant_name: str) -> list[KeyRecord]:
         with self._sessions() as s:

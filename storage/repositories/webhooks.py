@@ -17,7 +17,7 @@ from dataclasses import asdict
 from datetime import UTC, datetime, timedelta
 from urllib.parse import urlsplit
 
-from sqlalchemy import delete, func, literal, or_, select, union_all, update
+from sqlalchemy import delete, func, literal, select, union_all, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -41,6 +41,9 @@ from ..records import (
     JobWebhookRequest,
     SecretRecord,
 )
+from . import webhook_log
+from .scope import tenant_is
+from .webhook_log import FAILED, PENDING, STOPPED, SUCCEEDED, unlocked  # noqa: F401 (statuses)
 
 JOB_EVENTS = ("started", "completed", "failed", "cancelled")
 EVENT_TYPES = (*(f"{kind}.{e}" for kind in ("speech", "video") for e in JOB_EVENTS),
@@ -49,9 +52,6 @@ ROTATION_GRACE = timedelta(hours=24)
 # Endpoint ids are minted here ("we_" + a UUID's hex); anything else names no endpoint and
 # is never sent to the database (where a NUL byte is an error rather than a miss).
 ENDPOINT_ID = re.compile(r"we_[0-9a-f]{32}")
-
-PENDING, SUCCEEDED, FAILED, STOPPED = "pending", "succeeded", "failed", "stopped"
-
 
 def _now() -> datetime:
     return datetime.now(UTC)
@@ -164,32 +164,32 @@ class WebhookRepository:
                                 created_at=now))
         return _endpoint_record(endpoint, secret), secret
 
-    def _owned(self, s: Session, tenant_id: str, endpoint_id: str
+    def _owned(self, s: Session, tenant_id: str | None, endpoint_id: str
                ) -> tuple[WebhookEndpoint, WebhookSecret] | None:
         if not ENDPOINT_ID.fullmatch(endpoint_id):
             return None
         row = s.execute(select(WebhookEndpoint, WebhookSecret).join(
             WebhookSecret, WebhookSecret.owner_id == WebhookEndpoint.id).where(
-            WebhookEndpoint.id == endpoint_id, WebhookEndpoint.tenant_id == tenant_id)).first()
+            WebhookEndpoint.id == endpoint_id,
+            tenant_is(WebhookEndpoint.tenant_id, tenant_id))).first()
         return (row[0], row[1]) if row else None
 
-    def get_endpoint(self, tenant_id: str, endpoint_id: str) -> EndpointRecord | None:
+    def get_endpoint(self, tenant_id: str | None, endpoint_id: str) -> EndpointRecord | None:
         with self._sessions() as s:
             row = self._owned(s, tenant_id, endpoint_id)
             return _endpoint_record(row[0], row[1].secret) if row else None
 
-    def list_endpoints(self, tenant_id: str, *, after: str | None = None, limit: int = 20
-                       ) -> tuple[list[EndpointRecord], bool]:
-        """Newest first, cursor on (created_at, id)."""
+    def list_endpoints(self, tenant_id: str | None, *, after: str | None = None,
+                       limit: int = 20) -> tuple[list[EndpointRecord], bool]:
+        """Newest first, cursor on (created_at, id); ``None``: every tenant's."""
+        mine = tenant_is(WebhookEndpoint.tenant_id, tenant_id)
         with self._sessions() as s:
             q = select(WebhookEndpoint, WebhookSecret.secret).join(
-                WebhookSecret, WebhookSecret.owner_id == WebhookEndpoint.id).where(
-                WebhookEndpoint.tenant_id == tenant_id)
+                WebhookSecret, WebhookSecret.owner_id == WebhookEndpoint.id).where(mine)
             if after is not None:
                 cursor = None if not ENDPOINT_ID.fullmatch(after) else s.execute(
                     select(WebhookEndpoint.created_at, WebhookEndpoint.id).where(
-                        WebhookEndpoint.id == after,
-                        WebhookEndpoint.tenant_id == tenant_id)).first()
+                        WebhookEndpoint.id == after, mine)).first()
                 if cursor is None:
                     raise InvalidRequest("'after' is not an endpoint of this list (unknown "
                                          "or deleted)", param="after", code="invalid_cursor")
@@ -286,7 +286,7 @@ class WebhookRepository:
             oldest = func.min(WebhookDelivery.id)
             ids = s.scalars(select(oldest).where(
                 WebhookDelivery.status == PENDING, WebhookDelivery.next_attempt_at <= now,
-                _unlocked(now), WebhookDelivery.target.not_in(busy))
+                unlocked(now), WebhookDelivery.target.not_in(busy))
                 .group_by(WebhookDelivery.target).order_by(oldest).limit(limit)).all()
             claimed = []
             for delivery_id in ids:
@@ -342,27 +342,30 @@ class WebhookRepository:
             nxt = s.scalar(select(WebhookDelivery.id).where(
                 WebhookDelivery.target == _target(work), WebhookDelivery.id != work.id,
                 WebhookDelivery.status == PENDING, WebhookDelivery.next_attempt_at <= now,
-                _unlocked(now))
+                unlocked(now))
                 .order_by(WebhookDelivery.id).limit(1))
             token = _lock(s, nxt, now, lock_s) if nxt is not None else None
             return [(nxt, token)] if token else []
 
+    # ---- the delivery log (storage/repositories/webhook_log.py) -------------------------
+
     def deliveries_for_job(self, tenant_id: str, job_id: str) -> list[DeliveryLogRecord]:
         with self._sessions() as s:
-            rows = s.execute(select(WebhookDelivery, WebhookEvent).join(
-                WebhookEvent, WebhookEvent.id == WebhookDelivery.event_id).where(
-                WebhookEvent.job_id == job_id, WebhookEvent.tenant_id == tenant_id)
-                .order_by(WebhookDelivery.id)).all()
-            attempts: dict[int, list[AttemptRecord]] = {}
-            for a in s.scalars(select(WebhookAttempt).where(WebhookAttempt.delivery_id.in_(
-                    [d.id for d, _ in rows])).order_by(WebhookAttempt.id)):
-                attempts.setdefault(a.delivery_id, []).append(AttemptRecord(
-                    attempted_at=a.attempted_at, url_host=a.url_host, status_code=a.status_code,
-                    error=a.error, duration_ms=a.duration_ms, next_attempt_at=a.next_attempt_at))
-            return [DeliveryLogRecord(
-                id=d.id, event_id=e.id, event_type=e.type, endpoint_id=d.endpoint_id,
-                status=d.status, next_attempt_at=d.next_attempt_at, created_at=d.created_at,
-                attempts=tuple(attempts.get(d.id, ()))) for d, e in rows]
+            return webhook_log.for_job(s, tenant_id, job_id)
+
+    def recent_deliveries(self, tenant_id: str | None, endpoint_id: str, limit: int = 20
+                          ) -> list[DeliveryLogRecord]:
+        with self._sessions() as s:
+            return webhook_log.for_endpoint(s, tenant_id, endpoint_id, limit)
+
+    def failure_rates(self, endpoint_ids: list[str], since: datetime
+                      ) -> dict[str, tuple[int, int]]:
+        with self._sessions() as s:
+            return webhook_log.failure_rates(s, endpoint_ids, since)
+
+    def replay(self, tenant_id: str | None, delivery_id: int) -> DeliveryLogRecord | None:
+        with self._sessions.begin() as s:
+            return webhook_log.replay(s, tenant_id, delivery_id)
 
 
 def _rotate(row: WebhookSecret, keep_old: bool) -> None:
@@ -372,15 +375,11 @@ def _rotate(row: WebhookSecret, keep_old: bool) -> None:
     row.secret, row.created_at = new_secret(), now
 
 
-def _unlocked(now: datetime):
-    return or_(WebhookDelivery.locked_until.is_(None), WebhookDelivery.locked_until <= now)
-
-
 def _lock(s: Session, delivery_id: int, now: datetime, lock_s: float) -> str | None:
     token = uuid.uuid4().hex
     res = s.execute(update(WebhookDelivery).where(
         WebhookDelivery.id == delivery_id, WebhookDelivery.status == PENDING,
-        _unlocked(now)).values(lock_token=token,
+        unlocked(now)).values(lock_token=token,
                                locked_until=now + timedelta(seconds=lock_s)))
     return token if res.rowcount == 1 else None
 

@@ -46,6 +46,32 @@ def test_delete_of_an_ended_video_still_removes_it(client):
     assert_openai_error(client.get(f"/v1/videos/{video_id}"), 404, "not_found")
 
 
+def test_delete_of_a_speech_job_cancels_it_and_removes_it(client):
+    job_id = client.post("/v1/audio/speech", headers=ASYNC,
+                         json={"model": "tts-1", "input": "Forget me."}).json()["id"]
+    resp = client.delete(f"/v1/jobs/{job_id}")
+    assert resp.status_code == 200
+    assert resp.json() == {"id": job_id, "object": "job.deleted", "deleted": True}
+    assert_openai_error(client.get(f"/v1/jobs/{job_id}"), 404, "not_found")
+    assert_openai_error(client.delete(f"/v1/jobs/{job_id}"), 404, "not_found")
+
+
+def test_replaying_a_delivery_puts_it_back_on_the_schedule(client):
+    job_id = client.post("/v1/audio/speech", headers=ASYNC, json={
+        "model": "tts-1", "input": "Call back.", "webhook_url": "http://127.0.0.1:9/h"}
+    ).json()["id"]
+    client.post(f"/v1/jobs/{job_id}/cancel")
+    [delivery] = client.get(f"/v1/jobs/{job_id}/webhook_deliveries").json()["data"]
+    resp = client.post(f"/v1/webhook_deliveries/{delivery['id']}/replay")
+    assert resp.status_code == 200, resp.text
+    body = resp.json()
+    assert (body["id"], body["status"], body["event_id"]) == (
+        delivery["id"], "pending", delivery["event_id"])
+    for bad in ("whd_x", "whd_99999999999", "42", "whd_" + "9" * 30):
+        assert_openai_error(client.post(f"/v1/webhook_deliveries/{bad}/replay"), 404,
+                            "not_found")
+
+
 # ---- models and routes ---------------------------------------------------------------
 
 @pytest.mark.parametrize(("model", "pipeline"), [

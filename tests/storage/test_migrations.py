@@ -16,7 +16,8 @@ from ..services import create_database, drop_database
 
 TABLES = {"tenants", "api_keys", "jobs", "outputs", "outbox", "webhook_endpoints",
           "webhook_secrets", "job_webhooks", "webhook_events", "webhook_deliveries",
-          "webhook_attempts", "files", "batches", "batch_rejections"}
+          "webhook_attempts", "files", "batches", "batch_rejections", "console_sessions",
+          "job_attempts"}
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
@@ -94,7 +95,7 @@ def test_migrated_schema_has_the_model_indexes_and_constraints(fresh_url: str) -
         uniques = {tuple(u["column_names"]) for u in insp.get_unique_constraints("jobs")}
         assert ("tenant_id", "idempotency_key") in uniques
         key_cols = {c["name"] for c in insp.get_columns("api_keys")}
-        assert {"key_hash", "prefix", "tenant_id", "revoked_at"} <= key_cols
+        assert {"key_hash", "prefix", "tenant_id", "revoked_at", "operator"} <= key_cols
         # 0006: files record their expiry, found by an index; batches keep their policy
         assert "expired_at" in {c["name"] for c in insp.get_columns("files")}
         file_indexes = {ix["name"]: ix["column_names"] for ix in insp.get_indexes("files")}

@@ -1,0 +1,54 @@
+"""Each job's attempts, for its timeline: opened by the claim, closed by the transition
+that ends the attempt, always inside the job repository's transaction for that
+transition (so the history never disagrees with the job row)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlalchemy import bindparam, insert, select, update
+from sqlalchemy.orm import Session
+
+from core.errors import MESSAGE_LIMIT
+
+from ..models import Job, JobAttempt, UTCDateTime
+from ..records import JobAttemptRecord
+
+COMPLETED, FAILED, RETRIED, CANCELLED = "completed", "failed", "retried", "cancelled"
+
+# Built once, like the claim it follows (a worker claims often).
+_OPEN = insert(JobAttempt).values(
+    job_id=bindparam("job_id"), attempt=bindparam("attempt"),
+    worker_id=bindparam("worker_id"), claimed_at=bindparam("now", type_=UTCDateTime()))
+
+
+def open_attempt(s: Session, job_id: str, attempt: int, worker_id: str | None,
+                 now: datetime) -> None:
+    s.connection().execute(_OPEN, {"job_id": job_id, "attempt": attempt,
+                                   "worker_id": worker_id, "now": now})
+
+
+def close_attempt(s: Session, job_id: str, now: datetime, outcome: str,
+                  code: str | None = None, message: str | None = None) -> None:
+    """End the job's open attempt, if it has one (a queued job has none)."""
+    s.execute(update(JobAttempt).where(JobAttempt.job_id == job_id,
+                                       JobAttempt.ended_at.is_(None)).values(
+        ended_at=now, outcome=outcome, error_code=code[:64] if code else None,
+        error_message=message[:MESSAGE_LIMIT] if message else None))
+
+
+def close_batch_attempts(s: Session, batch_id: str, now: datetime) -> None:
+    """A batch's cancel ends the open attempts of all its jobs at once."""
+    s.execute(update(JobAttempt).where(
+        JobAttempt.ended_at.is_(None),
+        JobAttempt.job_id.in_(select(Job.id).where(Job.batch_id == batch_id))).values(
+        ended_at=now, outcome=CANCELLED))
+
+
+def attempts_of(s: Session, job_id: str) -> list[JobAttemptRecord]:
+    rows = s.scalars(select(JobAttempt).where(JobAttempt.job_id == job_id)
+                     .order_by(JobAttempt.attempt)).all()
+    return [JobAttemptRecord(attempt=a.attempt, worker_id=a.worker_id,
+                             claimed_at=a.claimed_at, ended_at=a.ended_at, outcome=a.outcome,
+                             error_code=a.error_code, error_message=a.error_message)
+            for a in rows]
