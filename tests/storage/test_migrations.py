@@ -16,7 +16,7 @@ from ..services import create_database, drop_database
 
 TABLES = {"tenants", "api_keys", "jobs", "outputs", "outbox", "webhook_endpoints",
           "webhook_secrets", "job_webhooks", "webhook_events", "webhook_deliveries",
-          "webhook_attempts", "files", "batches", "batch_rejections"}
+          "webhook_attempts", "files", "batches", "batch_rejections", "workers"}
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
