@@ -22,12 +22,14 @@ from storage.repositories import (
     KeyRepository,
     OutboxRepository,
     WebhookRepository,
+    WorkerRepository,
 )
 from storage.repositories.quotas import INTERACTIVE, Quota, Quotas
 
 from .auth import Authenticator
 from .deps import Publisher, PublishMany, Services, StreamEncoderFactory, WebhookTester
 from .errors import install_error_handlers
+from .fleet import Fleet
 from .guard import AccessLog
 from .live import Live
 from .ratelimit import make_rate_limiter
@@ -89,7 +91,8 @@ def create_app(settings: Settings, publish: Publisher,
         files=FileRepository(sessions), batches=BatchRepository(sessions),
         publish_many=publish_many, submitter=submitter,
         live=Live(bus, bus.watcher()), stream_encoder=stream_encoder,
-        streamable=streamable if stream_encoder is not None else frozenset())
+        streamable=streamable if stream_encoder is not None else frozenset(),
+        fleet=Fleet(WorkerRepository(sessions)))
     install_error_handlers(app)
     for module in (speech, videos, jobs, events, models, objects, files, batches, webhooks):
         app.include_router(module.router, responses=ERROR_RESPONSES)

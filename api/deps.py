@@ -26,6 +26,7 @@ from .auth import Authenticator
 from .ratelimit import RateLimiter
 
 if TYPE_CHECKING:
+    from .fleet import Fleet
     from .live import Live
     from .submitter import Submitter
 
@@ -61,6 +62,7 @@ class Services:
     live: Live | None = None
     stream_encoder: StreamEncoderFactory | None = None
     streamable: frozenset[str] = frozenset()
+    fleet: Fleet | None = None  # the worker registry's view (api/fleet.py)
 
 
 async def services(request: Request) -> Services:
