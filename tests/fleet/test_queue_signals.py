@@ -121,7 +121,8 @@ def test_the_gauges_match_the_database_while_jobs_arrive(fleet: FleetStack):
         return fleet.sql("SELECT count(*) FROM jobs WHERE pipeline = :p AND status = 'queued'",
                          p=pipeline)[0]
 
-    with fleet.client(fleet.new_key("gauges")) as c:
+    key = fleet.new_key("gauges")
+    with fleet.client(key) as c:
         def load() -> None:
             while not stop.is_set() and len(submitted) < 150:
                 submitted.append(submit(c, pipeline))
@@ -150,9 +151,9 @@ def test_the_gauges_match_the_database_while_jobs_arrive(fleet: FleetStack):
     assert sample(final, "omnijobs_jobs_running", pipeline=pipeline) == 0
     assert sample(final, "omnijobs_workers", pipeline=pipeline) == 0
     assert sample(final, "omnijobs_queue_signals_ok") == 1
-    with fleet.client(fleet.new_key("gauges-cleanup")) as c:  # leave nothing to run later
+    with fleet.client(key) as c:  # leave nothing queued for the tests after
         for job_id in submitted:
-            c.post(f"/v1/jobs/{job_id}/cancel")
+            assert c.post(f"/v1/jobs/{job_id}/cancel").status_code == 200
 
 
 def test_running_jobs_and_workers_match_the_database(fleet: FleetStack):
