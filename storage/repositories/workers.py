@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from sqlalchemy import delete, select, update
+from sqlalchemy import delete, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from ..models import Worker
@@ -89,12 +89,3 @@ class WorkerRepository:
         cutoff = _now() - timedelta(seconds=dead_for_s)
         with self._sessions.begin() as s:
             return s.execute(delete(Worker).where(Worker.expires_at < cutoff)).rowcount
-
-    def mark_draining(self, worker_id: str) -> bool:
-        """At once, not at the next heartbeat: a draining worker takes no new jobs, and
-        readers should stop counting on it now."""
-        now = _now()
-        with self._sessions.begin() as s:
-            return s.execute(update(Worker).where(
-                Worker.id == worker_id, Worker.draining_at.is_(None)).values(
-                draining_at=now)).rowcount == 1

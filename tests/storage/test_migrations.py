@@ -93,6 +93,10 @@ def test_migrated_schema_has_the_model_indexes_and_constraints(fresh_url: str) -
         assert outbox_indexes.get("ix_outbox_job_id") == ["job_id"]  # sweeps look jobs up
         uniques = {tuple(u["column_names"]) for u in insp.get_unique_constraints("jobs")}
         assert ("tenant_id", "idempotency_key") in uniques
+        assert {"ix_jobs_queued_interactive", "ix_jobs_queued_bulk"} <= job_indexes
+        worker_cols = {c["name"] for c in insp.get_columns("workers")}
+        assert {"host", "pid", "pipelines", "device", "version", "started_at",
+                "heartbeat_at", "expires_at", "job_id", "draining_at"} <= worker_cols
         key_cols = {c["name"] for c in insp.get_columns("api_keys")}
         assert {"key_hash", "prefix", "tenant_id", "revoked_at"} <= key_cols
     finally:
