@@ -3,6 +3,7 @@ counter ever goes down between scrapes and the request counts add up to what was
 
 from __future__ import annotations
 
+import json
 import threading
 
 import httpx
@@ -10,7 +11,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from ..services import free_port, spawn, wait_until
-from .conftest import light_env
+from .conftest import light_env, submit
 
 HEALTHZ = ("omnijobs_http_request_duration_seconds_count",
            (("method", "GET"), ("route", "/healthz"), ("status", "200")))
@@ -70,3 +71,30 @@ def test_two_api_processes_give_one_set_of_counters(where, fleet_db, fleet_redis
         assert counters(url)[HEALTHZ] == 240, "the request counts do not add up"
     finally:
         api.stop()
+
+
+def test_a_workers_metrics_survive_its_restart(fleet, tmp_path):
+    """The supervisor serves the worker's metrics: counts of a child that was recycled
+    (a job past its maximum runtime) stay in the sum beside the fresh child's."""
+    options = json.loads(fleet.env["OMNIJOBS_PIPELINE_OPTIONS"])
+    options["test-stuck"] = {"max_runtime_s": 2,
+                             "stuck_attempts_file": str(tmp_path / "attempts")}
+    port = free_port()
+    worker = spawn("metrics-worker", ["worker", "--pipeline", "test-stuck", "--metrics-port",
+                                      str(port)],
+                   {**fleet.env, "OMNIJOBS_PIPELINE_OPTIONS": json.dumps(options)}, tmp_path)
+    url = f"http://127.0.0.1:{port}/metrics"
+    finished = "omnijobs_jobs_finished_total"
+    try:
+        wait_until(lambda: " ready." in worker.log.read_text(), 90, "the worker")
+        with fleet.client(fleet.new_key("worker-metrics")) as c:
+            job_id = submit(c, "test-stuck")  # hangs once: the first child is recycled
+            wait_until(lambda: c.get(f"/v1/jobs/{job_id}").json()["status"] == "completed",
+                       90, "the job to complete on a fresh child")
+        assert worker.log.read_text().count(" ready.") == 2
+        page = counters(url)
+        assert page[(finished, (("outcome", "timeout-retrying"), ("pipeline", "test-stuck")))] \
+            == 1  # counted by the recycled child
+        assert page[(finished, (("outcome", "completed"), ("pipeline", "test-stuck")))] == 1
+    finally:
+        worker.stop()
