@@ -9,6 +9,8 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated
 
@@ -228,6 +230,46 @@ def build_api(settings: Settings):
                       stream_encoder=stream_encoder, streamable=STREAMABLE)
 
 
+# ---- metrics that add up across the processes of one command ------------------------
+# `api --workers N` runs N processes behind one port, and `worker` a supervisor whose
+# child is replaced on a restart: a scrape of one process would answer for it alone. So
+# their processes run in prometheus_client's multiprocess mode, writing their metrics to
+# files in one folder (PROMETHEUS_MULTIPROC_DIR, exported before the children start, so
+# they inherit it), and the parent serves their sum. A process that exited keeps its
+# counts in the sum, so no counter goes down.
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+
+
+@contextmanager
+def _metrics_folder() -> Iterator[Path]:
+    """The folder named by PROMETHEUS_MULTIPROC_DIR (emptied: no earlier run's files) or
+    a fresh one, removed afterwards."""
+    import shutil
+    import tempfile
+
+    named = os.environ.get(MULTIPROC_ENV)
+    folder = Path(named) if named else Path(tempfile.mkdtemp(prefix="omnijobs-metrics-"))
+    folder.mkdir(parents=True, exist_ok=True)
+    for stale in folder.glob("*.db"):
+        stale.unlink()
+    os.environ[MULTIPROC_ENV] = str(folder)
+    try:
+        yield folder
+    finally:
+        if not named:
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def _serve_summed(port: int, host: str, folder: Path) -> None:
+    """The sum of every process's metrics in ``folder``, on ``port`` (a thread here)."""
+    from prometheus_client import CollectorRegistry, start_http_server
+    from prometheus_client.multiprocess import MultiProcessCollector
+
+    registry = CollectorRegistry()
+    MultiProcessCollector(registry, path=str(folder))
+    start_http_server(port, addr=host, registry=registry)
+
+
 API_LOG_LEVEL = "OMNIJOBS_API_WORKER_LOG_LEVEL"  # handed to --workers' processes
 
 
@@ -255,14 +297,12 @@ def api(host: str = "127.0.0.1", port: int = 8000, log_level: LogLevel = "info",
         uvicorn.run(build_api(settings), host=host, port=port, log_level=log_level.lower(),
                     log_config=None, access_log=False)
         return
-    from . import multiproc
-
-    folder = multiproc.shared_folder()  # before the processes start: they inherit it
-    if metrics_port is not None:
-        multiproc.serve(metrics_port, host, folder)
-    os.environ[API_LOG_LEVEL] = log_level
-    uvicorn.run("omnijobs.cli:api_worker_app", factory=True, workers=workers, host=host,
-                port=port, log_level=log_level.lower(), log_config=None, access_log=False)
+    with _metrics_folder() as folder:  # before the processes start: they inherit it
+        if metrics_port is not None:
+            _serve_summed(metrics_port, host, folder)
+        os.environ[API_LOG_LEVEL] = log_level
+        uvicorn.run("omnijobs.cli:api_worker_app", factory=True, workers=workers, host=host,
+                    port=port, log_level=log_level.lower(), log_config=None, access_log=False)
 
 
 def api_worker_app():
@@ -295,15 +335,19 @@ def worker(
             raise typer.BadParameter("a GPU index or a comma-separated list", param_hint="--gpu")
         os.environ["CUDA_VISIBLE_DEVICES"] = gpu
     if supervise:
-        folder = None
-        if metrics_port is not None:  # served here, summed over this and later children
-            from . import multiproc
-
-            folder = multiproc.shared_folder()
-            multiproc.serve(metrics_port, "0.0.0.0", folder)
-        args = _without_option(sys.argv[1:], "--metrics-port")
-        raise typer.Exit(_supervise([*args, "--no-supervise"], folder))
+        raise typer.Exit(_supervised(metrics_port))
     _run_worker(pipeline, metrics_port, log_level.upper())
+
+
+def _supervised(metrics_port: int | None) -> int:
+    """The supervisor; with ``metrics_port``, it serves the sum of this and every later
+    child's metrics (a fresh child does not start its counters over)."""
+    args = [*_without_option(sys.argv[1:], "--metrics-port"), "--no-supervise"]
+    if metrics_port is None:
+        return _supervise(args)
+    with _metrics_folder() as folder:
+        _serve_summed(metrics_port, "0.0.0.0", folder)
+        return _supervise(args, folder)
 
 
 def _without_option(args: list[str], name: str) -> list[str]:
@@ -351,10 +395,10 @@ def _supervise(args: list[str], metrics: Path | None = None) -> int:
         child = subprocess.Popen([sys.executable, "-m", "omnijobs.cli", *args],
                                  preexec_fn=_die_with_parent, process_group=0)
         code = child.wait()
-        if metrics is not None:
-            from .multiproc import process_exited
+        if metrics is not None:  # its live gauges go; its counters stay in the sum
+            from prometheus_client.multiprocess import mark_process_dead
 
-            process_exited(child.pid, metrics)
+            mark_process_dead(child.pid, path=str(metrics))
         if code != RESTART_EXIT or stopping:
             return code
         log.warning("worker exited for a restart; starting a fresh one")
