@@ -11,7 +11,7 @@ COPY migrations ./migrations
 COPY core ./core
 COPY media ./media
 COPY pipelines ./pipelines
-RUN pip install .
+RUN pip install ".[flower]"
 RUN useradd --create-home omnijobs
 USER omnijobs
 # Production by default: the image refuses to start with placeholder secrets or without

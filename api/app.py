@@ -22,6 +22,7 @@ from storage.repositories import (
     KeyRepository,
     OutboxRepository,
     WebhookRepository,
+    WorkerRepository,
 )
 from storage.repositories.activity import ActivityRepository
 from storage.repositories.quotas import INTERACTIVE, Quota, Quotas
@@ -31,6 +32,7 @@ from . import console
 from .auth import Authenticator
 from .deps import Publisher, PublishMany, Services, StreamEncoderFactory, WebhookTester
 from .errors import install_error_handlers
+from .fleet import Fleet
 from .guard import AccessLog
 from .live import Live
 from .ratelimit import make_rate_limiter
@@ -95,7 +97,8 @@ def create_app(settings: Settings, publish: Publisher,
         publish_many=publish_many, submitter=submitter,
         live=Live(bus, bus.watcher()), stream_encoder=stream_encoder,
         streamable=streamable if stream_encoder is not None else frozenset(),
-        console_sessions=SessionRepository(sessions), activity=ActivityRepository(sessions))
+        console_sessions=SessionRepository(sessions), activity=ActivityRepository(sessions),
+        fleet=Fleet(WorkerRepository(sessions)))
     install_error_handlers(app)
     for module in (speech, videos, jobs, events, models, objects, files, batches, webhooks):
         app.include_router(module.router, responses=ERROR_RESPONSES)

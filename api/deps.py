@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from storage.repositories.activity import ActivityRepository
     from storage.repositories.sessions import SessionRepository
 
+    from .fleet import Fleet
     from .live import Live
     from .submitter import Submitter
 
@@ -66,6 +67,8 @@ class Services:
     streamable: frozenset[str] = frozenset()
     console_sessions: SessionRepository | None = None  # the console's (api/console/)
     activity: ActivityRepository | None = None
+
+    fleet: Fleet | None = None  # the worker registry's view (api/fleet.py)
 
 
 async def services(request: Request) -> Services:

@@ -10,8 +10,9 @@ PUBLISH_DEFERRED = Counter("omnijobs_publish_deferred_total",
                            "Jobs whose broker publish failed and was left to the relay")
 # Requests waiting on a job right now: ``wait`` (synchronous speech), ``events`` (SSE job
 # events), ``stream`` (streamed speech). Each is an asyncio wait, not a thread.
+# With `api --workers N`, the sum over the live processes.
 LIVE_ACTIVE = Gauge("omnijobs_live_active", "Requests waiting on or streaming a job",
-                    ["kind"])
+                    ["kind"], multiprocess_mode="livesum")
 for _kind in ("wait", "events", "stream"):
     LIVE_ACTIVE.labels(_kind)  # at 0 from the start, not from the first use
 # Labelled by the matched route's path template (``/v1/jobs/{job_id}``), never the raw

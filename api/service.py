@@ -110,7 +110,11 @@ def remove_job(svc: Services, tenant: str, job: JobRecord, kind: JobKind | None 
 
 
 def job_public(svc: Services, job: JobRecord) -> JobPublic:
-    return job_view(job, svc.store, svc.settings.signed_url_ttl_s)
+    return job_view(job, svc.store, svc.settings.signed_url_ttl_s, status_detail(svc, job))
+
+
+def status_detail(svc: Services, job: JobRecord) -> str | None:
+    return svc.fleet.detail(job) if svc.fleet is not None else None
 
 
 @dataclass

@@ -110,11 +110,31 @@ class Settings(BaseSettings):
         900.0, gt=0, description="A job queued this long after its message went out gets a "
         "new one, if the broker no longer holds it")
 
+    # ---- the fleet: registry, drain, queue signals ---------------------------------------
+    worker_heartbeat_s: float = Field(
+        10.0, gt=0, description="How often each worker and the maintenance process write "
+        "their row of the worker registry; a row not renewed for three periods is a dead "
+        "process and drops out")
+    drain_s: float | None = Field(
+        None, ge=0, description="On SIGTERM (or SIGINT) a worker claims nothing more and "
+        "finishes its job within this many seconds, else hands it back to the queue and "
+        "exits; unset: the pipeline's maximum runtime")
+    visibility_timeout_s: float | None = Field(
+        None, gt=0, description="Redis redelivers a message a worker took but did not "
+        "acknowledge after this long; unset: the longest maximum runtime of the enabled "
+        "pipelines plus 15 minutes, so a live worker's message is never redelivered")
+    fleet_metrics_cache_s: float = Field(
+        2.0, ge=0, description="The queue gauges (`omnijobs_queue_depth` and the rest) are "
+        "read from the database at most this often, however many scrapers ask")
+    fleet_rate_window_s: float = Field(
+        300.0, gt=0, description="The window of `omnijobs_queue_completion_rate`: completions "
+        "per second over the last this many seconds")
+
     # ---- maintenance, bounded work and retention -------------------------------------
     maintenance_periods: dict[str, float] = Field(
         {}, description="Seconds between maintenance steps (JSON), over the defaults `relay` "
         "5, `reap` 10, `sweep_queued` 60, `retention` 600, `orphans` 3600, `prune_outbox` "
-        "3600, `webhooks` 1, `batches` 0.5")
+        "3600, `webhooks` 1, `batches` 0.5, `prune_workers` 600")
     outbox_retention_s: float = Field(
         86400.0, gt=0, description="Published outbox rows are deleted after this long")
     output_ttl_s: float = Field(

@@ -8,6 +8,10 @@ import re
 import signal
 import subprocess
 import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -161,6 +165,32 @@ def keys_revoke(prefix: Annotated[str, typer.Argument(help="The key's prefix, as
     typer.echo(f"key {key.prefix} of tenant {key.tenant} revoked at {_when(key.revoked_at)}")
 
 
+@cli.command()
+def workers(show_all: Annotated[bool, typer.Option(
+        "--all", help="Also list processes whose heartbeat stopped (dead, not yet pruned)")
+        ] = False) -> None:
+    """List the fleet from the worker registry: every live worker and the maintenance
+    process, with host, pid, pipelines, device, version, start, last heartbeat, job."""
+    from datetime import UTC, datetime
+
+    from storage.db import make_engine, make_sessionmaker
+    from storage.repositories import WorkerRepository
+
+    registry = WorkerRepository(make_sessionmaker(make_engine(_admin_db())))
+    rows = registry.listed() if show_all else registry.live()
+    now = datetime.now(UTC)
+    typer.echo(f"{'role':<12} {'host':<20} {'pid':>7} {'state':<9} {'device':<10} "
+               f"{'version':<9} {'started':<20} {'beat':>6} {'job':<36} pipelines")
+    for w in rows:
+        state = ("dead" if w.expires_at <= now else "draining" if w.draining_at else "live")
+        beat = f"{(now - w.heartbeat_at).total_seconds():.0f}s"
+        typer.echo(f"{w.role:<12} {w.host[:20]:<20} {w.pid:>7} {state:<9} "
+                   f"{(w.device or '-')[:10]:<10} {w.version[:9]:<9} {_when(w.started_at):<20} "
+                   f"{beat:>6} {w.job_id or '-':<36} {','.join(w.pipelines) or '-'}")
+    if not rows:
+        typer.echo("(no live workers)" if not show_all else "(the registry is empty)")
+
+
 def _is_loopback(host: str) -> bool:
     import ipaddress
 
@@ -204,13 +234,54 @@ def build_api(settings: Settings):
                       stream_encoder=stream_encoder, streamable=STREAMABLE)
 
 
+# ---- metrics that add up across the processes of one command ------------------------
+# `api --workers N` runs N processes behind one port, and `worker` a supervisor whose
+# child is replaced on a restart: a scrape of one process would answer for it alone. So
+# their processes run in prometheus_client's multiprocess mode, writing their metrics to
+# files in one folder (PROMETHEUS_MULTIPROC_DIR, exported before the children start, so
+# they inherit it), and the parent serves their sum. A process that exited keeps its
+# counts in the sum, so no counter goes down.
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+
+
+@contextmanager
+def _metrics_folder() -> Iterator[Path]:
+    """The folder named by PROMETHEUS_MULTIPROC_DIR (emptied: no earlier run's files) or
+    a fresh one, removed afterwards."""
+    import shutil
+    import tempfile
+
+    named = os.environ.get(MULTIPROC_ENV)
+    folder = Path(named) if named else Path(tempfile.mkdtemp(prefix="omnijobs-metrics-"))
+    folder.mkdir(parents=True, exist_ok=True)
+    for stale in folder.glob("*.db"):
+        stale.unlink()
+    os.environ[MULTIPROC_ENV] = str(folder)
+    try:
+        yield folder
+    finally:
+        if not named:
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def _serve_summed(port: int, host: str, folder: Path) -> None:
+    """The sum of every process's metrics in ``folder``, on ``port`` (a thread here)."""
+    from prometheus_client import CollectorRegistry, start_http_server
+    from prometheus_client.multiprocess import MultiProcessCollector
+
+    registry = CollectorRegistry()
+    MultiProcessCollector(registry, path=str(folder))
+    start_http_server(port, addr=host, registry=registry)
+
+
 API_LOG_LEVEL = "OMNIJOBS_API_WORKER_LOG_LEVEL"  # handed to --workers' processes
 
 
 @cli.command()
 def api(host: str = "127.0.0.1", port: int = 8000, log_level: LogLevel = "info",
         metrics_port: Annotated[int | None, typer.Option(
-            help="Serve Prometheus metrics on this port (same host; one worker only)")] = None,
+            help="Serve Prometheus metrics on this port (same host; with --workers N, "
+            "the sum over the N processes)")] = None,
         workers: Annotated[int, typer.Option(
             min=1, help="API processes sharing the port (uvicorn workers); each has its "
             "own threads and database pool")] = 1) -> None:
@@ -220,23 +291,22 @@ def api(host: str = "127.0.0.1", port: int = 8000, log_level: LogLevel = "info",
 
     settings = _settings()
     _refuse_exposed_placeholder(settings, host)
-    if workers > 1 and metrics_port is not None:
-        raise typer.BadParameter("--metrics-port serves one process's metrics; use it with "
-                                 "--workers 1 (or OMNIJOBS_METRICS_PUBLIC=true)",
-                                 param_hint="--metrics-port")
     console.require_free_port(host, port)
     _logging(log_level)
-    if metrics_port is not None:
-        from prometheus_client import start_http_server
-
-        start_http_server(metrics_port, addr=host)
     if workers == 1:
+        if metrics_port is not None:
+            from prometheus_client import start_http_server
+
+            start_http_server(metrics_port, addr=host)
         uvicorn.run(build_api(settings), host=host, port=port, log_level=log_level.lower(),
                     log_config=None, access_log=False)
         return
-    os.environ[API_LOG_LEVEL] = log_level
-    uvicorn.run("omnijobs.cli:api_worker_app", factory=True, workers=workers, host=host,
-                port=port, log_level=log_level.lower(), log_config=None, access_log=False)
+    with _metrics_folder() as folder:  # before the processes start: they inherit it
+        if metrics_port is not None:
+            _serve_summed(metrics_port, host, folder)
+        os.environ[API_LOG_LEVEL] = log_level
+        uvicorn.run("omnijobs.cli:api_worker_app", factory=True, workers=workers, host=host,
+                    port=port, log_level=log_level.lower(), log_config=None, access_log=False)
 
 
 def api_worker_app():
@@ -269,8 +339,32 @@ def worker(
             raise typer.BadParameter("a GPU index or a comma-separated list", param_hint="--gpu")
         os.environ["CUDA_VISIBLE_DEVICES"] = gpu
     if supervise:
-        raise typer.Exit(_supervise([*sys.argv[1:], "--no-supervise"]))
+        raise typer.Exit(_supervised(metrics_port))
     _run_worker(pipeline, metrics_port, log_level.upper())
+
+
+def _supervised(metrics_port: int | None) -> int:
+    """The supervisor; with ``metrics_port``, it serves the sum of this and every later
+    child's metrics (a fresh child does not start its counters over)."""
+    args = [*_without_option(sys.argv[1:], "--metrics-port"), "--no-supervise"]
+    if metrics_port is None:
+        return _supervise(args)
+    with _metrics_folder() as folder:
+        _serve_summed(metrics_port, "0.0.0.0", folder)
+        return _supervise(args, folder)
+
+
+def _without_option(args: list[str], name: str) -> list[str]:
+    """``args`` less ``name VALUE`` and ``name=VALUE``."""
+    kept, skip = [], False
+    for arg in args:
+        if skip or arg.startswith(name + "="):
+            skip = False
+            continue
+        skip = arg == name
+        if not skip:
+            kept.append(arg)
+    return kept
 
 
 def _die_with_parent() -> None:  # pragma: no cover - runs in the child before exec
@@ -283,13 +377,19 @@ def _die_with_parent() -> None:  # pragma: no cover - runs in the child before e
         pass
 
 
-def _supervise(args: list[str]) -> int:
+def _supervise(args: list[str], metrics: Path | None = None) -> int:
     from tasks.runtime import RESTART_EXIT
 
     log = logging.getLogger("omnijobs.supervisor")
     child: subprocess.Popen | None = None
+    stopping = False
 
     def forward(signum, _frame) -> None:
+        """Each signal reaches the worker once: it runs in a process group of its own,
+        so a terminal's Ctrl-C is not delivered to it a second time (a second signal
+        means "hand back now"). After one, no fresh worker is started."""
+        nonlocal stopping
+        stopping = True
         if child is not None and child.poll() is None:
             child.send_signal(signum)
 
@@ -297,9 +397,13 @@ def _supervise(args: list[str]) -> int:
         signal.signal(signum, forward)
     while True:
         child = subprocess.Popen([sys.executable, "-m", "omnijobs.cli", *args],
-                                 preexec_fn=_die_with_parent)
+                                 preexec_fn=_die_with_parent, process_group=0)
         code = child.wait()
-        if code != RESTART_EXIT:
+        if metrics is not None:  # its live gauges go; its counters stay in the sum
+            from prometheus_client.multiprocess import mark_process_dead
+
+            mark_process_dead(child.pid, path=str(metrics))
+        if code != RESTART_EXIT or stopping:
             return code
         log.warning("worker exited for a restart; starting a fresh one")
 
@@ -335,7 +439,8 @@ def _quiet(settings: Settings) -> list[str]:
 
 
 @cli.command()
-def maintenance(log_level: LogLevel = "INFO") -> None:
+def maintenance(log_level: LogLevel = "INFO", metrics_port: Annotated[int | None, typer.Option(
+        help="Serve Prometheus metrics, the fleet's queue gauges among them")] = None) -> None:
     """Run the maintenance process, one per deployment: outbox relay, lease reaper,
     lost-message sweep, retention, orphan sweep, outbox pruning, batches, and the CPU
     queues (webhook deliveries). It never renders, so render work cannot hold it up."""
@@ -348,13 +453,25 @@ def maintenance(log_level: LogLevel = "INFO") -> None:
     settings = _settings()
     runtime = get_runtime(settings)
     runtime.check_line = line_checker(settings)  # batch lines: the API's own contract
-    run(runtime, make_celery(settings), log_level.upper(), quiet=bool(_quiet(settings)))
+    run(runtime, make_celery(settings), log_level.upper(), quiet=bool(_quiet(settings)),
+        metrics_port=metrics_port)
 
 
 @cli.command()
 def beat(log_level: LogLevel = "INFO") -> None:
     """Same as ``omnijobs maintenance`` (its former name)."""
-    maintenance(log_level)
+    maintenance(log_level, None)
+
+
+def _drain_bound(settings: Settings) -> float:
+    """How long a stopping worker may take: its drain bound and the hand-back after."""
+    from pipelines import import_pipeline_modules
+    from tasks.runtime import HAND_BACK_GRACE_S, max_runtime_s
+
+    if settings.drain_s is not None:
+        return settings.drain_s + HAND_BACK_GRACE_S
+    import_pipeline_modules(settings.pipeline_modules)
+    return max(max_runtime_s(settings, n) for n in settings.pipelines) + HAND_BACK_GRACE_S
 
 
 def key_file(settings: Settings):
@@ -402,17 +519,24 @@ def dev(host: str = "127.0.0.1", port: int = 8000,
     settings = _settings()
     upgrade(settings.db_url)
     key = _dev_key(settings)
+    # In process groups of their own: Ctrl-C reaches `omnijobs dev` alone, which passes
+    # one SIGTERM on per Ctrl-C (the worker drains on the first, hands back on a second).
     children = [subprocess.Popen([sys.executable, "-m", "omnijobs.cli", role],
-                                 preexec_fn=_die_with_parent)
+                                 preexec_fn=_die_with_parent, process_group=0)
                 for role in ("worker", "maintenance")]
+    drain_s = _drain_bound(settings)
 
     def stop_children() -> None:
-        for child in children:
-            if child.poll() is None:
-                child.send_signal(signal.SIGTERM)
+        running = [child for child in children if child.poll() is None]
+        for child in running:
+            child.send_signal(signal.SIGTERM)
+        if running:
+            typer.echo(f"stopping: the worker finishes its job first (at most {drain_s:g}s; "
+                       "Ctrl-C again hands it back to the queue now)", err=True)
+        deadline = time.monotonic() + drain_s + 30
         for child in children:
             try:
-                child.wait(timeout=30)
+                child.wait(timeout=max(1.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 child.kill()
 

@@ -50,6 +50,9 @@ class Base(DeclarativeBase):
 
 
 INTERACTIVE_JOB = text("batch_id IS NULL")  # a job of no batch
+# The queue signals' partial indexes: only queued jobs, one index per lane.
+QUEUED_INTERACTIVE = text("status = 'queued' AND batch_id IS NULL")
+QUEUED_BULK = text("status = 'queued' AND batch_id IS NOT NULL")
 
 
 class Tenant(Base):
@@ -105,6 +108,12 @@ class Job(Base):
         Index("ix_jobs_expires", "expires_at"),
         Index("ix_jobs_completed", "completed_at"),
         Index("ix_jobs_batch_status", "batch_id", "status"),
+        # Queue depth and oldest age per pipeline and lane (storage/repositories/queues.py):
+        # an index-only scan of the queued jobs alone, however many finished ones exist.
+        Index("ix_jobs_queued_interactive", "pipeline", "created_at",
+              postgresql_where=QUEUED_INTERACTIVE, sqlite_where=QUEUED_INTERACTIVE),
+        Index("ix_jobs_queued_bulk", "pipeline", "created_at",
+              postgresql_where=QUEUED_BULK, sqlite_where=QUEUED_BULK),
     )
 
     id: Mapped[str] = mapped_column(String(40), primary_key=True)
@@ -375,3 +384,26 @@ class BatchRejection(Base):
     custom_id: Mapped[str] = mapped_column(String(512))
     status_code: Mapped[int] = mapped_column(Integer)
     body: Mapped[dict] = mapped_column(JSON)
+
+
+# ---- the fleet -----------------------------------------------------------------------
+
+class Worker(Base):
+    """A process of the fleet (a render worker or the maintenance process) as its own
+    heartbeat last described it. A row whose ``expires_at`` has passed is a dead process:
+    readers leave it out, maintenance deletes it later."""
+
+    __tablename__ = "workers"
+
+    id: Mapped[str] = mapped_column(String(200), primary_key=True)
+    role: Mapped[str] = mapped_column(String(16))
+    host: Mapped[str] = mapped_column(String(200))
+    pid: Mapped[int] = mapped_column(Integer)
+    pipelines: Mapped[list] = mapped_column(JSON)
+    device: Mapped[str | None] = mapped_column(String(200))
+    version: Mapped[str] = mapped_column(String(64))
+    started_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    heartbeat_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    expires_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    job_id: Mapped[str | None] = mapped_column(String(40))
+    draining_at: Mapped[datetime | None] = mapped_column(UTCDateTime())

@@ -310,3 +310,62 @@ class RejectionRecord:
     custom_id: str
     status_code: int
     body: dict[str, Any]
+
+
+# ---- the fleet -----------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class WorkerBeat:
+    """What a process of the fleet says about itself in each heartbeat."""
+
+    id: str
+    role: str  # "worker" (renders) or "maintenance"
+    host: str
+    pid: int
+    pipelines: tuple[str, ...]
+    device: str | None
+    version: str
+    started_at: datetime
+    job_id: str | None = None  # the job it is generating, if any
+    draining: bool = False  # told to stop: it claims nothing more
+
+
+@dataclass(frozen=True)
+class WorkerRecord:
+    id: str
+    role: str
+    host: str
+    pid: int
+    pipelines: tuple[str, ...]
+    device: str | None
+    version: str
+    started_at: datetime
+    heartbeat_at: datetime
+    expires_at: datetime
+    job_id: str | None
+    draining_at: datetime | None
+
+    def serves(self, pipeline: str) -> bool:
+        """A render worker that takes this pipeline's jobs (a draining one takes none)."""
+        return self.role == "worker" and self.draining_at is None and pipeline in self.pipelines
+
+
+@dataclass(frozen=True)
+class LaneSignals:
+    """One pipeline's lane (``interactive``: jobs of no batch; ``bulk``: a batch's jobs)
+    as the database has it: jobs waiting, the oldest one's submit time, and the jobs
+    completed within the window."""
+
+    pipeline: str
+    lane: str
+    queued: int
+    oldest_queued_at: datetime | None
+    completed: int
+
+
+@dataclass(frozen=True)
+class QueueSignals:
+    at: datetime
+    window_s: float  # the window ``completed`` counts over
+    lanes: tuple[LaneSignals, ...]
+    running: dict[str, int]  # running jobs per pipeline (every pipeline named, 0 if none)

@@ -46,12 +46,18 @@ class OutputPublic(BaseModel):
     frames: int | None = None
 
 
+# A queued job's ``status_detail`` when no live worker serves its pipeline (the API
+# knows from the worker registry): the reason it waits, not a failure.
+WAITING_FOR_A_WORKER = "waiting for a worker"
+
+
 class JobPublic(BaseModel):
     id: str
     object: Literal["job"] = "job"
     kind: str
     model: str
     status: str
+    status_detail: str | None = None  # why a job is where it is, when it is known
     progress: int
     attempts: int
     max_attempts: int
@@ -69,6 +75,7 @@ class VideoPublic(BaseModel):
     object: Literal["video"] = "video"
     model: str
     status: str
+    status_detail: str | None = None
     progress: int
     created_at: int
     completed_at: int | None
@@ -96,7 +103,8 @@ def outputs_expired(job: JobRecord, now: datetime | None = None) -> bool:
     return job.expires_at is not None and job.expires_at <= (now or datetime.now(UTC))
 
 
-def job_view(job: JobRecord, store: ObjectStore, url_ttl_s: int) -> JobPublic:
+def job_view(job: JobRecord, store: ObjectStore, url_ttl_s: int,
+             detail: str | None = None) -> JobPublic:
     expired = outputs_expired(job)
     outputs = []
     for out in job.outputs:
@@ -108,22 +116,25 @@ def job_view(job: JobRecord, store: ObjectStore, url_ttl_s: int) -> JobPublic:
              if job.error_code and job.status is JobStatus.FAILED else None)
     return JobPublic(
         id=job.id, kind=job.kind.value, model=job.model, status=job.status.value,
-        progress=job.progress, attempts=job.attempts, max_attempts=job.max_attempts,
+        status_detail=detail, progress=job.progress, attempts=job.attempts,
+        max_attempts=job.max_attempts,
         created_at=timestamp(job.created_at), started_at=timestamp(job.started_at),
         completed_at=timestamp(job.completed_at), expires_at=timestamp(job.expires_at),
         error=error, outputs=outputs, metadata=job.metadata)
 
 
-def video_view(job: JobRecord, store: ObjectStore, url_ttl_s: int) -> VideoPublic:
+def video_view(job: JobRecord, store: ObjectStore, url_ttl_s: int,
+               detail: str | None = None) -> VideoPublic:
     pub = job_view(job, store, url_ttl_s)
     req = job.request
     rates = {o.sample_rate for o in job.outputs}
     return VideoPublic(
         id=job.id, model=job.model, status=VIDEO_STATUS.get(job.status, job.status.value),
-        progress=job.progress, created_at=pub.created_at, completed_at=pub.completed_at,
-        expires_at=pub.expires_at, size=req["size"], seconds=f"{float(req['seconds']):g}",
-        prompt=req["prompt"], fps=float(req["fps"]), n=int(req.get("n", 1)),
-        seed=req.get("seed"), audio_sample_rate=rates.pop() if len(rates) == 1 else None,
+        status_detail=detail, progress=job.progress, created_at=pub.created_at,
+        completed_at=pub.completed_at, expires_at=pub.expires_at, size=req["size"],
+        seconds=f"{float(req['seconds']):g}", prompt=req["prompt"], fps=float(req["fps"]),
+        n=int(req.get("n", 1)), seed=req.get("seed"),
+        audio_sample_rate=rates.pop() if len(rates) == 1 else None,
         error=pub.error, outputs=pub.outputs, metadata=job.metadata)
 
 

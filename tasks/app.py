@@ -1,22 +1,51 @@
-"""Celery application factory.
+"""Celery application factory, and the worker's shutdown hooks.
 
 Late acknowledgement, reject-on-worker-lost and prefetch 1: a message is only gone
 once its job's state is recorded, and a GPU worker never hoards jobs it cannot start.
+Redis's visibility timeout outlasts the longest time a live worker holds a message
+(see ``visibility_timeout_s``), so the broker never hands a running job's message to a
+second worker.
 """
 
 from __future__ import annotations
 
+import signal
+import threading
+
 from celery import Celery
-from celery.signals import worker_shutdown
+from celery.signals import worker_ready, worker_shutdown, worker_shutting_down
 
 from core.settings import Settings
 
 from .dispatch import MAINTENANCE_QUEUE
 
+# A message waits in a worker (a retry's countdown, at most render.backoff_s's 5 minutes)
+# before its task runs, and the task holds it until generation ends (at most the
+# pipeline's maximum runtime): the visibility timeout leaves this much beyond that.
+VISIBILITY_MARGIN_S = 900.0
+
+
+def visibility_timeout_s(settings: Settings) -> float:
+    """OMNIJOBS_VISIBILITY_TIMEOUT_S, else the longest maximum runtime of the enabled
+    pipelines (those registered in this process) plus the margin."""
+    if settings.visibility_timeout_s is not None:
+        return settings.visibility_timeout_s
+    from core.errors import ModelNotFound
+
+    from .runtime import max_runtime_s
+
+    limits = [3600.0]  # the spec default for video, when nothing here is registered
+    for name in settings.pipelines:
+        try:
+            limits.append(max_runtime_s(settings, name))
+        except ModelNotFound:  # a publisher (the API) need not have every module loaded
+            continue
+    return max(limits) + VISIBILITY_MARGIN_S
+
 
 def broker_options(settings: Settings) -> dict:
     if not settings.broker.startswith("filesystem"):
-        return {"visibility_timeout": 3600}
+        return {"visibility_timeout": visibility_timeout_s(settings)}
     folder = settings.broker_folder
     (folder / "processed").mkdir(parents=True, exist_ok=True)
     (folder / "control").mkdir(parents=True, exist_ok=True)
@@ -55,11 +84,37 @@ def make_celery(settings: Settings, with_tasks: bool = True) -> Celery:
     return app
 
 
+@worker_ready.connect
+def _ready(sender=None, **_kwargs) -> None:
+    """The worker consumes: it enters the registry, and Ctrl-C (SIGINT) gets the
+    SIGTERM handler, so both drain the same way (Celery's own SIGINT handler would turn
+    a second signal into a cold shutdown that requeues the running job's message)."""
+    from .runtime import _runtime
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.getsignal(signal.SIGTERM))
+    if _runtime is not None:
+        _runtime.drain.app = getattr(sender, "app", None)
+        _runtime.announce()
+
+
+@worker_shutting_down.connect
+def _begin_drain(**_kwargs) -> None:
+    """SIGTERM or SIGINT, in the signal handler: a render worker stops claiming now and
+    drains in a thread (the maintenance process, which renders nothing, just stops)."""
+    from .runtime import _runtime
+
+    if _runtime is not None and _runtime.served:
+        _runtime.drain.begin()
+
+
 @worker_shutdown.connect
 def _drain_finalize(**_kwargs) -> None:
-    """A warm shutdown lets in-flight finalizes finish; a hard kill leaves them to the
-    reaper."""
+    """A warm shutdown lets in-flight finalizes finish (the drain hands them back at its
+    bound); a hard kill leaves them to the reaper."""
     from .runtime import _runtime
 
     if _runtime is not None:
         _runtime.finalizer.drain()
+        _runtime.drain.settle()
+        _runtime.retire()

@@ -6,6 +6,9 @@ reaper handed it to another worker) the job is no longer ours: the pipeline is t
 to stop at its next chunk. The lease is renewed only while the job is within its
 pipeline's maximum runtime; past it the watchdog calls ``on_timeout`` (which records
 the timeout and recycles the process, since a stuck call cannot be interrupted).
+
+A started lease is in its process's ``InFlight`` set until it stops (the job recorded):
+what a draining worker waits for, and what it hands back when its drain time is up.
 """
 
 from __future__ import annotations
@@ -20,13 +23,53 @@ from storage.repositories import JobRepository
 log = logging.getLogger(__name__)
 
 
+class InFlight:
+    """The leases a process holds: its jobs from claim until recorded (generating, or
+    waiting for and in finalize)."""
+
+    def __init__(self, on_change: Callable[[], None] = lambda: None) -> None:
+        self._leases: list[Lease] = []
+        self._changed = threading.Condition()
+        self.on_change = on_change  # e.g. the registry's heartbeat, to say so at once
+
+    def add(self, lease: Lease) -> None:
+        with self._changed:
+            self._leases.append(lease)
+            self._changed.notify_all()
+        self.on_change()
+
+    def discard(self, lease: Lease) -> None:
+        with self._changed:
+            if lease not in self._leases:
+                return
+            self._leases.remove(lease)
+            self._changed.notify_all()
+        self.on_change()
+
+    def leases(self) -> list[Lease]:
+        with self._changed:
+            return list(self._leases)
+
+    def newest(self) -> str | None:
+        """The job claimed last (the one generating, when one is)."""
+        with self._changed:
+            return self._leases[-1].job_id if self._leases else None
+
+    def wait_empty(self, timeout_s: float) -> bool:
+        with self._changed:
+            return self._changed.wait_for(lambda: not self._leases, max(0.0, timeout_s))
+
+
 class Lease:
     def __init__(self, jobs: JobRepository, job_id: str, attempt: int, lease_s: float,
                  max_runtime_s: float = float("inf"),
                  on_timeout: Callable[[], None] = lambda: None,
-                 on_progress: Callable[[], None] = lambda: None) -> None:
+                 on_progress: Callable[[], None] = lambda: None,
+                 pipeline: str = "", in_flight: InFlight | None = None) -> None:
         self._jobs, self.job_id, self.attempt, self.lease_s = jobs, job_id, attempt, lease_s
         self.max_runtime_s, self._on_timeout = max_runtime_s, on_timeout
+        self.pipeline, self._in_flight = pipeline, in_flight
+        self.handed_back = False
         self._on_progress = on_progress  # a new progress is recorded: tell the listeners
         self._started = time.monotonic()
         self.lost = threading.Event()
@@ -77,6 +120,8 @@ class Lease:
             self.beat()
 
     def start(self) -> Lease:
+        if self._in_flight is not None:
+            self._in_flight.add(self)
         self._thread.start()
         return self
 
@@ -84,6 +129,15 @@ class Lease:
         self._stop.set()
         if self._thread.is_alive() and self._thread is not threading.current_thread():
             self._thread.join()
+        if self._in_flight is not None:
+            self._in_flight.discard(self)
+
+    def let_go(self) -> None:
+        """The worker hands the job back (drain): no more heartbeats, and the pipeline
+        and finalize see the job as no longer theirs at their next check."""
+        self.handed_back = True
+        self._stop.set()
+        self.lost.set()
 
     def __enter__(self) -> Lease:
         return self

@@ -21,6 +21,7 @@ from celery import Celery
 from .batches import advance_batches
 from .deliver import schedule_due
 from .dispatch import MAINTENANCE_QUEUES
+from .fleet import serve_metrics
 from .recovery import prune_outbox, reap_leases, relay_outbox, sweep_stale_queued
 from .retention import apply_retention, sweep_orphans
 from .runtime import WorkerRuntime
@@ -38,6 +39,7 @@ STEPS: dict[str, Step] = {
     "prune_outbox": prune_outbox,
     "webhooks": schedule_due,
     "batches": advance_batches,
+    "prune_workers": lambda rt, _app: rt.workers.prune(WORKER_ROWS_KEPT_S),
 }
 PERIODS: dict[str, float] = {  # seconds; OMNIJOBS_MAINTENANCE_PERIODS overrides them
     "relay": 5.0,
@@ -48,7 +50,9 @@ PERIODS: dict[str, float] = {  # seconds; OMNIJOBS_MAINTENANCE_PERIODS overrides
     "prune_outbox": 3600.0,
     "webhooks": 1.0,
     "batches": 0.5,
+    "prune_workers": 600.0,
 }
+WORKER_ROWS_KEPT_S = 3600.0  # a dead process's registry row is listed this long
 
 
 def periods(overrides: dict[str, float]) -> dict[str, float]:
@@ -99,9 +103,13 @@ class Maintenance:
 
 
 def run(rt: WorkerRuntime, app: Celery, loglevel: str, concurrency: int = 4,
-        quiet: bool = False) -> None:
+        quiet: bool = False, metrics_port: int | None = None) -> None:
     """The steps on their threads, and a Celery worker (threads pool) for the CPU queues
-    on the main thread, until a signal stops it (``quiet``: without Celery's banner)."""
+    on the main thread, until a signal stops it (``quiet``: without Celery's banner).
+    ``metrics_port`` serves this process's metrics and the fleet's gauges."""
+    if metrics_port is not None:
+        serve_metrics(rt, metrics_port)
+    rt.announce("maintenance")
     upkeep = Maintenance(rt, app).start()
     argv = [*(["--quiet"] if quiet else []), "worker", "--pool=threads",
             f"--concurrency={concurrency}",
@@ -112,3 +120,4 @@ def run(rt: WorkerRuntime, app: Celery, loglevel: str, concurrency: int = 4,
         app.worker_main(argv)
     finally:
         upkeep.stop()
+        rt.retire()

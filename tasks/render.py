@@ -16,6 +16,7 @@ from concurrent.futures import Future
 from typing import Any
 
 from celery import Celery
+from celery.exceptions import Reject
 
 from core.errors import (
     EngineDead,
@@ -139,7 +140,7 @@ def _finish(rt: WorkerRuntime, app: Celery, job: JobRecord, raw: Any, lease: Lea
             try:
                 outputs = finalize(job, raw, lease, store)
             except Exception as exc:
-                result = record_failure(rt, app, job, stop_reason(lease, exc))
+                result = stopped(rt, app, job, lease, exc)
                 discard_uploads(rt, job, store.uploaded)
                 return result
         if not complete(rt, job, outputs):
@@ -149,6 +150,15 @@ def _finish(rt: WorkerRuntime, app: Celery, job: JobRecord, raw: Any, lease: Lea
             return "lost"
     log.info("job %s completed", job.id, extra={"job_id": job.id})
     return "completed"
+
+
+def stopped(rt: WorkerRuntime, app: Celery, job: JobRecord, lease: Lease,
+            exc: BaseException) -> str:
+    """Generation or finalize raised: record why, unless the job was handed back (the
+    worker drains), whose stop is no failure and whose record is already written."""
+    if lease.handed_back:
+        return "handed_back"
+    return record_failure(rt, app, job, stop_reason(lease, exc))
 
 
 def timeout_error(limit_s: float) -> JobTimedOut:
@@ -179,7 +189,10 @@ def timed_out(rt: WorkerRuntime, app: Celery, job: JobRecord, limit_s: float) ->
 def run_job(rt: WorkerRuntime, app: Celery, job_id: str,
             token: str | None = None) -> str | Future:
     """Returns an outcome, or the Future of the finalize stage it handed off. Only the
-    message carrying the job's current dispatch ``token`` may claim it."""
+    message carrying the job's current dispatch ``token`` may claim it; a draining
+    worker claims nothing (the message goes back to its queue for another worker)."""
+    if rt.drain.started:
+        raise Reject("the worker is draining", requeue=True)
     job = rt.jobs.claim(job_id, rt.worker_id, rt.settings.lease_s, token)
     if job is None:
         log.info("job %s not claimable (taken, cancelled, finished or a superseded "
@@ -190,13 +203,14 @@ def run_job(rt: WorkerRuntime, app: Celery, job_id: str,
     limit = rt.max_runtime_s(job.pipeline)
     lease = Lease(rt.jobs, job.id, job.attempts, rt.settings.lease_s, limit,
                   on_timeout=lambda: timed_out(rt, app, job, limit),
-                  on_progress=lambda: notify(rt.bus, job.id)).start()
+                  on_progress=lambda: notify(rt.bus, job.id), pipeline=job.pipeline,
+                  in_flight=rt.in_flight).start()
     try:
         with GENERATE_SECONDS.labels(job.pipeline).time():
             raw = generate(rt, job, lease)
     except Exception as exc:
         lease.stop()
-        result = record_failure(rt, app, job, stop_reason(lease, exc))
+        result = stopped(rt, app, job, lease, exc)
         notify(rt.bus, job.id)
         JOBS_FINISHED.labels(job.pipeline, result).inc()
         return result
@@ -223,6 +237,8 @@ def register(app: Celery) -> None:
     def render(self, job_id: str, token: str | None = None) -> str:
         try:
             result = run_job(get_runtime(), app, job_id, token)
+        except Reject:
+            raise
         except Exception as exc:
             # Failed before the job was claimed (e.g. the database is down): keep the
             # message alive instead of letting Celery acknowledge it into oblivion.

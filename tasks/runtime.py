@@ -1,8 +1,13 @@
-"""Per-process worker state: database, object store and loaded pipelines.
+"""Per-process worker state: database, object store, loaded pipelines, and the drain.
 
 Built once per worker process. Pipelines are loaded (weights and all) the first
 time they are needed, or up front by ``warm()`` before the worker takes jobs; the
 worker runs the solo pool, so nothing that touched an accelerator is ever forked.
+
+Scale-in is a drain (``Drain``): on SIGTERM or SIGINT the worker claims nothing more,
+gives the jobs it holds until the drain bound to finish, then hands each one still
+unfinished back to the queue (a compare-and-set in the jobs repository, with its render
+message published at once) and exits. A second signal hands back at once.
 """
 
 from __future__ import annotations
@@ -11,11 +16,21 @@ import logging
 import os
 import signal
 import socket
+import threading
+import time
 from collections.abc import Callable
 from functools import cached_property
 
+from celery import Celery
+
 from core.settings import Settings
-from pipelines import Pipeline, get_pipeline_class, get_spec, import_pipeline_modules
+from pipelines import (
+    Pipeline,
+    get_pipeline_class,
+    get_spec,
+    import_pipeline_modules,
+    queue_for,
+)
 from storage.bus import Bus, make_bus
 from storage.db import make_engine, make_sessionmaker
 from storage.objects import ObjectStore, make_store
@@ -24,10 +39,15 @@ from storage.repositories import (
     FileRepository,
     JobRepository,
     OutboxRepository,
+    QueueRepository,
     WebhookRepository,
+    WorkerRepository,
 )
 
+from .dispatch import publish_and_mark
+from .lease import InFlight
 from .pool import FinalizePool
+from .presence import Presence, describe
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +62,8 @@ class WorkerRuntime:
         self.webhooks = WebhookRepository(sessions)
         self.batches = BatchRepository(sessions)
         self.files = FileRepository(sessions)
+        self.workers = WorkerRepository(sessions)
+        self.queues = QueueRepository(sessions)
         # Batch lines are checked by the API's own contract, which the composition root
         # hands in to the processes that validate batches (tasks do not import the API).
         self.check_line: Callable | None = None
@@ -49,6 +71,10 @@ class WorkerRuntime:
         self._pipelines: dict[str, Pipeline] = {}
         self.finalizer = FinalizePool(settings.finalize_backlog)
         self.restart_requested = False
+        self.served: list[str] = []  # the pipelines this worker warmed and takes jobs for
+        self.in_flight = InFlight()  # the jobs it holds (leases), from claim to recorded
+        self.drain = Drain(self)
+        self.presence: Presence | None = None
 
     @cached_property
     def store(self) -> ObjectStore:
@@ -72,14 +98,27 @@ class WorkerRuntime:
         return self._pipelines[name]
 
     def max_runtime_s(self, name: str) -> float:
-        """The pipeline's maximum runtime: its spec's, or ``max_runtime_s`` in its
-        ``OMNIJOBS_PIPELINE_OPTIONS`` entry."""
-        options = self.settings.pipeline_options.get(name, {})
-        return float(options.get("max_runtime_s", get_spec(name).runtime_limit_s))
+        return max_runtime_s(self.settings, name)
 
     def warm(self, names: list[str]) -> None:
         for name in names:
             self.pipeline(name)
+        self.served = list(names)
+
+    def announce(self, role: str = "worker") -> None:
+        """Start this process's row in the worker registry (once it takes work)."""
+        if self.presence is not None:
+            return
+        self.presence = Presence(self.workers, describe(self.worker_id, role, self.served),
+                                 self.settings.worker_heartbeat_s,
+                                 current_job=self.in_flight.newest,
+                                 draining=lambda: self.drain.started).start()
+        self.in_flight.on_change = self.presence.poke
+
+    def retire(self) -> None:
+        """Leave the registry: the process is exiting."""
+        if self.presence is not None:
+            self.presence.stop()
 
     def request_restart(self) -> None:
         """Stop taking jobs and exit with RESTART_EXIT so the supervisor starts a fresh
@@ -93,10 +132,104 @@ class WorkerRuntime:
         supervisor starts a fresh process; another job in flight here is reclaimed by the
         reaper once its lease runs out."""
         log.error("recycling the worker process (a job ran past its maximum runtime)")
+        self.retire()
         os._exit(RESTART_EXIT)
 
 
+def max_runtime_s(settings: Settings, name: str) -> float:
+    """The pipeline's maximum runtime: its spec's, or ``max_runtime_s`` in its
+    ``OMNIJOBS_PIPELINE_OPTIONS`` entry."""
+    options = settings.pipeline_options.get(name, {})
+    return float(options.get("max_runtime_s", get_spec(name).runtime_limit_s))
+
+
 RESTART_EXIT = 75  # EX_TEMPFAIL: "start me again"
+HAND_BACK_GRACE_S = 5.0  # for a pipeline to notice a hand-back before the process exits
+
+
+class Drain:
+    """Scale-in without losing or repeating work (see the module's docstring).
+
+    ``begin`` runs inside the signal handler, on the main thread (which may be in the
+    middle of a pipeline call): it only sets flags and starts the drain's own thread.
+    Claims are refused from that moment (``started``; the render task puts the message
+    back on its queue). The thread waits for the jobs in flight, and at the bound hands
+    back the ones left; a pipeline that notices (it stops at its next chunk) lets the
+    warm shutdown end the process, one stuck in a call is left behind by ``os._exit``.
+    """
+
+    def __init__(self, rt: WorkerRuntime) -> None:
+        self.rt = rt
+        self.app: Celery | None = None  # to publish the render messages of handed-back jobs
+        self._started, self._now = threading.Event(), threading.Event()
+        self._thread: threading.Thread | None = None
+
+    @property
+    def started(self) -> bool:
+        return self._started.is_set()
+
+    def bound_s(self) -> float:
+        """``OMNIJOBS_DRAIN_S``, else the longest maximum runtime this worker serves (a
+        job within it finishes, or times out, by then anyway)."""
+        if self.rt.settings.drain_s is not None:
+            return self.rt.settings.drain_s
+        return max((self.rt.max_runtime_s(n) for n in self.rt.served), default=0.0)
+
+    def begin(self, app: Celery | None = None) -> None:
+        self.app = app or self.app
+        if self._started.is_set():
+            self._now.set()  # asked again: hand back now
+            return
+        self._started.set()
+        self._thread = threading.Thread(target=self._run, name="drain", daemon=True)
+        self._thread.start()
+
+    def settle(self) -> None:
+        """Before the process exits: let a hand-back in progress finish (its compare-and-
+        set and publish), which ``_run`` bounds."""
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join()
+
+    def _run(self) -> None:
+        bound = self.bound_s()
+        log.warning("draining: no more claims; %d job(s) in flight have %gs to finish",
+                    len(self.rt.in_flight.leases()), bound)
+        if self.rt.presence is not None:
+            self.rt.presence.poke()
+        deadline = time.monotonic() + bound
+        while not self._now.is_set():
+            left = deadline - time.monotonic()
+            if self.rt.in_flight.wait_empty(min(0.5, left)):
+                return  # all done: Celery's warm shutdown ends the process
+            if left <= 0:
+                break
+        self.hand_back_all()
+        if self.rt.in_flight.wait_empty(HAND_BACK_GRACE_S):
+            return
+        log.warning("a pipeline call did not stop after its job was handed back; exiting")
+        self.rt.retire()
+        logging.shutdown()
+        os._exit(0)
+
+    def hand_back_all(self) -> int:
+        handed = 0
+        for lease in self.rt.in_flight.leases():
+            lease.let_go()  # the pipeline and finalize stop at their next check
+            try:
+                msg = self.rt.jobs.hand_back(lease.job_id, lease.attempt,
+                                             queue=queue_for(lease.pipeline))
+            except Exception:  # its lease runs out and the reaper re-queues it instead
+                log.exception("could not hand job %s back", lease.job_id,
+                              extra={"job_id": lease.job_id})
+                continue
+            if msg is None:  # it ended meanwhile (completed, cancelled)
+                continue
+            if self.app is not None:
+                publish_and_mark(self.app, self.rt.outbox, msg)  # else the relay sends it
+            handed += 1
+            log.warning("job %s handed back (the worker is stopping)", lease.job_id,
+                        extra={"job_id": lease.job_id})
+        return handed
 
 _runtime: WorkerRuntime | None = None
 

@@ -172,10 +172,3 @@ def test_api_workers_serves_from_that_many_processes(tmp_path):
     finally:
         proc.terminate()
         proc.wait(30)
-
-
-def test_api_metrics_port_with_several_workers_is_refused(tmp_path, taken_port):
-    """One process's metrics on a port would describe one worker of N: refused up front."""
-    result = omnijobs(tmp_path, "api", "--workers", "2", "--metrics-port", str(taken_port))
-    assert result.returncode == 2 and "--metrics-port" in result.stderr
-    assert "--workers 1" in " ".join(result.stderr.split())

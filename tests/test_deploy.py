@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+
 from pathlib import Path
 
 import yaml
@@ -13,14 +14,15 @@ from core.settings import Settings
 from omnijobs.cli import cli
 from pipelines import get_spec, import_pipeline_modules
 
-COMPOSE = yaml.safe_load((Path(__file__).resolve().parent.parent / "docker-compose.yml")
-                         .read_text())
+ROOT = Path(__file__).resolve().parent.parent
+COMPOSE = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
 SERVICES = COMPOSE["services"]
 
 
 def test_topology_has_every_role():
     assert {"api", "worker", "maintenance", "migrate", "redis", "postgres", "seaweedfs",
-            "bucket-init", "gpu-worker"} <= set(SERVICES)
+            "bucket-init", "gpu-worker-audex-tts", "gpu-worker-minimax-h3", "flower",
+            "prometheus"} <= set(SERVICES)
 
 
 def test_maintenance_runs_once_and_apart_from_render_workers():
@@ -47,16 +49,63 @@ def test_s3_store_refuses_anonymous_reads():
     assert "-s3.config=" in " ".join(SERVICES["seaweedfs"]["command"])
 
 
-def test_gpu_worker_reserves_a_gpu_and_mounts_models():
-    gpu = SERVICES["gpu-worker"]
-    [device] = gpu["deploy"]["resources"]["reservations"]["devices"]
-    assert device["driver"] == "nvidia" and device["capabilities"] == ["gpu"]
-    assert any(v.startswith("models:") for v in gpu["volumes"])
-    assert "--gpu" in gpu["command"] and gpu["profiles"] == ["gpu"]
+GPU_WORKERS = sorted(n for n in SERVICES if n.startswith("gpu-worker-"))
+
+
+def test_one_gpu_worker_per_pipeline_each_on_a_gpu_of_its_own():
+    devices = []
+    for name in GPU_WORKERS:
+        gpu = SERVICES[name]
+        [device] = gpu["deploy"]["resources"]["reservations"]["devices"]
+        assert device["driver"] == "nvidia" and device["capabilities"] == ["gpu"]
+        assert any(v.startswith("models:") for v in gpu["volumes"])
+        assert gpu["profiles"] == ["gpu"]
+        cmd = gpu["command"]
+        assert cmd.count("--pipeline") == 1 and name == "gpu-worker-" + cmd[cmd.index(
+            "--pipeline") + 1]
+        assert cmd[cmd.index("--gpu") + 1] == device["device_ids"][0]
+        devices += device["device_ids"]
+        # The API and every worker read one list of pipelines.
+        assert name.removeprefix("gpu-worker-") in json.loads(
+            gpu["environment"]["OMNIJOBS_PIPELINES"])
+    assert len(devices) == len(set(devices)) == len(GPU_WORKERS) >= 2
+
+
+def seconds(value: str) -> float:
+    return float(value.removesuffix("s"))
+
+
+def test_every_worker_may_drain_before_it_is_killed():
+    """docker compose stop sends SIGTERM, then SIGKILL after stop_grace_period: that must
+    outlast the drain and the hand-back after it."""
+    from tasks.runtime import HAND_BACK_GRACE_S
+
+    for name in ["worker", *GPU_WORKERS]:
+        svc = SERVICES[name]
+        drain = float(svc["environment"]["OMNIJOBS_DRAIN_S"])
+        assert seconds(svc["stop_grace_period"]) > drain + HAND_BACK_GRACE_S, name
+
+
+def test_flower_and_prometheus_listen_on_loopback_only():
+    assert SERVICES["flower"]["command"][:3] == ["celery", "--broker=redis://redis:6379/0",
+                                                 "flower"]
+    for name in ("flower", "prometheus"):
+        assert all(p.startswith("127.0.0.1:") for p in SERVICES[name]["ports"]), name
+
+
+def test_prometheus_scrapes_every_metrics_port():
+    [mount] = [v for v in SERVICES["prometheus"]["volumes"] if "prometheus.yml" in v]
+    config = yaml.safe_load((ROOT / mount.split(":")[0]).read_text())
+    targets = {t for job in config["scrape_configs"] for c in job["static_configs"]
+               for t in c["targets"]}
+    exporting = {f"{name}:{svc['command'][svc['command'].index('--metrics-port') + 1]}"
+                 for name, svc in SERVICES.items()
+                 if "--metrics-port" in (svc.get("command") or [])}
+    assert targets == exporting and "maintenance:9100" in targets
 
 
 def test_production_services_run_in_production_mode():
-    for name in ("api", "worker", "maintenance", "gpu-worker"):
+    for name in ("api", "worker", "maintenance", *GPU_WORKERS):
         env = SERVICES[name]["environment"]
         assert env["OMNIJOBS_MODE"] == "production", name
 
@@ -67,7 +116,7 @@ def test_a_refused_secret_stops_every_omnijobs_service():
     first and every omnijobs service waits for it to succeed."""
     assert SERVICES["migrate"]["environment"]["OMNIJOBS_MODE"] == "production"
     assert "16+ characters" in SERVICES["api"]["environment"]["OMNIJOBS_SIGNING_SECRET"]
-    for name in ("api", "worker", "maintenance", "gpu-worker"):
+    for name in ("api", "worker", "maintenance", *GPU_WORKERS):
         assert SERVICES[name]["depends_on"]["migrate"] == {
             "condition": "service_completed_successfully"}, name
 

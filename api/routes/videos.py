@@ -22,7 +22,7 @@ from storage.views import video_view
 from ..deps import Services, services, tenant_id
 from ..guard import GuardedRoute
 from ..schemas import VideoCreate, VideoDeleted, VideoList, VideoPublic, video_request_body
-from ..service import Page, get_job, list_page, remove_job, submit
+from ..service import Page, get_job, list_page, remove_job, status_detail, submit
 from .jobs import stream_output
 from .webhooks import job_webhook
 
@@ -120,7 +120,7 @@ def video_job(settings: Settings, body: VideoCreate, tenant: str, key: str | Non
 
 
 def video_public(svc: Services, job) -> VideoPublic:
-    return video_view(job, svc.store, svc.settings.signed_url_ttl_s)
+    return video_view(job, svc.store, svc.settings.signed_url_ttl_s, status_detail(svc, job))
 
 
 @router.post("", response_model=VideoPublic, openapi_extra=video_request_body())

@@ -5,7 +5,9 @@ from .files import FileRepository
 from .jobs import JobRepository
 from .keys import KeyRepository
 from .outbox import OutboxRepository
+from .queues import QueueRepository
 from .webhooks import WebhookRepository
+from .workers import WorkerRepository
 
 __all__ = ["BatchRepository", "FileRepository", "JobRepository", "KeyRepository",
-           "OutboxRepository", "WebhookRepository"]
+           "OutboxRepository", "QueueRepository", "WebhookRepository", "WorkerRepository"]

@@ -304,15 +304,31 @@ class JobRepository:
         ``only_if_expired`` (the reaper) also requires the lease to have run out, so a
         heartbeat that lands between the reaper's read and this write keeps the job.
         """
-        now, token = _now(), new_token()
         q = self._running(job_id, attempt)
         if only_if_expired:
-            q = q.where(Job.lease_expires_at < now)
+            q = q.where(Job.lease_expires_at < _now())
+        return self._to_queue(q, job_id, queue, delay_s, code=code, message=message)
+
+    def hand_back(self, job_id: str, attempt: int, *, queue: str) -> OutboxRecord | None:
+        """running -> queued at once, from a worker that stops (drain) before the job is
+        done: the lease released, a fresh dispatch token and render message, and one more
+        attempt allowed, since this one did not fail. The attempt number still grows at
+        the next claim, so the stopping worker's late writes (fenced by it) change
+        nothing."""
+        return self._to_queue(self._running(job_id, attempt), job_id, queue, 0.0,
+                              code="handed_back", message="the worker stopped before the "
+                              "job was done and handed it back", max_attempts=Job.max_attempts + 1)
+
+    def _to_queue(self, q, job_id: str, queue: str, delay_s: float, *, code: str,
+                  message: str, **values: Any) -> OutboxRecord | None:
+        """running -> queued (``q`` says which row) with a new token, and its render
+        message in the same transaction."""
+        now, token = _now(), new_token()
         with self._sessions.begin() as s:
             res = s.execute(q.values(
                 status=JobStatus.QUEUED.value, worker_id=None, lease_expires_at=None,
                 progress=0, updated_at=now, error_code=code[:64],
-                error_message=message[:MESSAGE_LIMIT], dispatch_token=token))
+                error_message=message[:MESSAGE_LIMIT], dispatch_token=token, **values))
             if res.rowcount != 1:
                 return None
             history.close_attempt(s, job_id, now, history.RETRIED, code, message)

@@ -70,9 +70,9 @@ class Chaos(Stack):
     seaweedfs: object = None
     db_url: str = ""
 
-    def start_worker(self, name: str) -> Process:
+    def start_worker(self, name: str, **env: str) -> Process:
         proc = spawn(name, ["worker", "--pipeline", "test-fast", "--pipeline", "test-sleep"],
-                     self.env, self.home)
+                     {**self.env, **env}, self.home)
         self.processes[name] = proc
         wait_until(lambda: " ready." in proc.log.read_text(), 90, name)
         return proc

@@ -17,7 +17,7 @@ from ..services import create_database, drop_database
 TABLES = {"tenants", "api_keys", "jobs", "outputs", "outbox", "webhook_endpoints",
           "webhook_secrets", "job_webhooks", "webhook_events", "webhook_deliveries",
           "webhook_attempts", "files", "batches", "batch_rejections", "console_sessions",
-          "job_attempts"}
+          "job_attempts", "workers"}
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
@@ -94,6 +94,10 @@ def test_migrated_schema_has_the_model_indexes_and_constraints(fresh_url: str) -
         assert outbox_indexes.get("ix_outbox_job_id") == ["job_id"]  # sweeps look jobs up
         uniques = {tuple(u["column_names"]) for u in insp.get_unique_constraints("jobs")}
         assert ("tenant_id", "idempotency_key") in uniques
+        assert {"ix_jobs_queued_interactive", "ix_jobs_queued_bulk"} <= job_indexes
+        worker_cols = {c["name"] for c in insp.get_columns("workers")}
+        assert {"host", "pid", "pipelines", "device", "version", "started_at",
+                "heartbeat_at", "expires_at", "job_id", "draining_at"} <= worker_cols
         key_cols = {c["name"] for c in insp.get_columns("api_keys")}
         assert {"key_hash", "prefix", "tenant_id", "revoked_at", "operator"} <= key_cols
         # 0006: files record their expiry, found by an index; batches keep their policy

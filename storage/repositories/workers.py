@@ -1,0 +1,91 @@
+"""The worker registry: each process of the fleet writes its own row by heartbeat.
+
+A row says who the process is (host, pid, pipelines, device, version, start time), what
+it is doing (the job it generates, whether it drains) and until when it counts as alive
+(``expires_at``, a few heartbeat periods ahead). Readers take only rows that have not
+expired, so a process that died without a word drops out once its heartbeats stop; a
+process that stops cleanly deletes its row. The table holds one row per process, so
+every read here is a scan of a few rows.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from sqlalchemy import delete, select
+from sqlalchemy.orm import Session, sessionmaker
+
+from ..models import Worker
+from ..records import WorkerBeat, WorkerRecord
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def _record(w: Worker) -> WorkerRecord:
+    return WorkerRecord(id=w.id, role=w.role, host=w.host, pid=w.pid,
+                        pipelines=tuple(w.pipelines), device=w.device, version=w.version,
+                        started_at=w.started_at, heartbeat_at=w.heartbeat_at,
+                        expires_at=w.expires_at, job_id=w.job_id, draining_at=w.draining_at)
+
+
+class WorkerRepository:
+    def __init__(self, sessions: sessionmaker[Session]) -> None:
+        self._sessions = sessions
+
+    def beat(self, beat: WorkerBeat, ttl_s: float) -> None:
+        """Write the process's row: alive for ``ttl_s`` more seconds. An update, or an
+        insert the first time (only the process itself writes its row, so they never
+        race)."""
+        now = _now()
+        values = {"role": beat.role, "host": beat.host, "pid": beat.pid,
+                  "pipelines": list(beat.pipelines), "device": beat.device,
+                  "version": beat.version, "started_at": beat.started_at,
+                  "heartbeat_at": now, "expires_at": now + timedelta(seconds=ttl_s),
+                  "job_id": beat.job_id}
+        with self._sessions.begin() as s:
+            row = s.get(Worker, beat.id)
+            if row is None:
+                row = Worker(id=beat.id, draining_at=None, **values)
+                s.add(row)
+            else:
+                for name, value in values.items():
+                    setattr(row, name, value)
+            if beat.draining and row.draining_at is None:
+                row.draining_at = now
+
+    def remove(self, worker_id: str) -> bool:
+        """A process that stops cleanly takes its row with it."""
+        with self._sessions.begin() as s:
+            return s.execute(delete(Worker).where(Worker.id == worker_id)).rowcount == 1
+
+    def live(self) -> list[WorkerRecord]:
+        """Every process whose heartbeat has not expired, by role, host and pid."""
+        with self._sessions() as s:
+            rows = s.scalars(select(Worker).where(Worker.expires_at > _now())
+                             .order_by(Worker.role, Worker.host, Worker.pid)).all()
+            return [_record(w) for w in rows]
+
+    def listed(self) -> list[WorkerRecord]:
+        """Every row, the expired ones (dead processes not yet pruned) included."""
+        with self._sessions() as s:
+            rows = s.scalars(select(Worker).order_by(Worker.role, Worker.host,
+                                                     Worker.pid)).all()
+            return [_record(w) for w in rows]
+
+    def serving(self, pipelines: list[str] | tuple[str, ...]) -> dict[str, int]:
+        """Live render workers taking each pipeline's jobs (draining ones do not), for
+        every pipeline named (0 where none) and any other a live worker serves."""
+        counts = dict.fromkeys(pipelines, 0)
+        for worker in self.live():
+            for name in worker.pipelines:
+                if worker.serves(name):
+                    counts[name] = counts.get(name, 0) + 1
+        return counts
+
+    def prune(self, dead_for_s: float) -> int:
+        """Delete the rows of processes whose heartbeat expired ``dead_for_s`` ago."""
+        cutoff = _now() - timedelta(seconds=dead_for_s)
+        with self._sessions.begin() as s:
+            return s.execute(delete(Worker).where(Worker.expires_at < cutoff)).rowcount

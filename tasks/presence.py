@@ -1,0 +1,83 @@
+"""This process's row in the worker registry (``storage/repositories/workers.py``).
+
+A daemon thread writes it every ``OMNIJOBS_WORKER_HEARTBEAT_S`` and at once when
+something readers care about changes (a job claimed or recorded, a drain begun); the
+row counts as alive for ``TTL_BEATS`` periods, so a process that dies without a word
+drops out of every reader's view after that, and one that stops cleanly deletes it.
+A database blip costs a beat, never the process.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+from collections.abc import Callable
+from dataclasses import replace
+from datetime import UTC, datetime
+from importlib.metadata import version
+
+from storage.records import WorkerBeat
+from storage.repositories import WorkerRepository
+
+log = logging.getLogger(__name__)
+
+TTL_BEATS = 3  # a row not renewed for this many periods is a dead process
+
+
+def describe(worker_id: str, role: str, pipelines: list[str]) -> WorkerBeat:
+    """Who this process is: host, pid, what it serves, on which device, which release."""
+    gpus = os.environ.get("CUDA_VISIBLE_DEVICES")
+    return WorkerBeat(id=worker_id, role=role, host=socket.gethostname(), pid=os.getpid(),
+                      pipelines=tuple(pipelines), device=f"gpu {gpus}" if gpus else "cpu",
+                      version=version("omnijobs"), started_at=datetime.now(UTC))
+
+
+class Presence:
+    def __init__(self, workers: WorkerRepository, identity: WorkerBeat, period_s: float,
+                 current_job: Callable[[], str | None] = lambda: None,
+                 draining: Callable[[], bool] = lambda: False) -> None:
+        self._workers, self.identity, self.period_s = workers, identity, period_s
+        self._current_job, self._draining = current_job, draining
+        self._wake, self._stopped = threading.Event(), threading.Event()
+        self._lock = threading.Lock()  # no beat lands after the row was removed
+        self._thread = threading.Thread(target=self._run, name="presence", daemon=True)
+
+    def start(self) -> Presence:
+        self._thread.start()
+        return self
+
+    def poke(self) -> None:
+        """Something changed: write the row now rather than at the next period."""
+        self._wake.set()
+
+    def beat(self) -> None:
+        with self._lock:
+            if self._stopped.is_set():
+                return
+            try:
+                self._workers.beat(replace(self.identity, job_id=self._current_job(),
+                                           draining=self._draining()),
+                                   ttl_s=TTL_BEATS * self.period_s)
+            except Exception:  # the database is down: the row's slack covers a few beats
+                log.warning("worker registry heartbeat failed", exc_info=True)
+
+    def _run(self) -> None:
+        while not self._stopped.is_set():
+            self._wake.clear()
+            self.beat()
+            self._wake.wait(self.period_s)
+
+    def stop(self) -> None:
+        """The process is leaving: its row goes with it (best effort; else it expires)."""
+        with self._lock:
+            if self._stopped.is_set():
+                return
+            self._stopped.set()
+            self._wake.set()
+            try:
+                self._workers.remove(self.identity.id)
+            except Exception:
+                log.warning("could not remove this worker's registry row; it will expire",
+                            exc_info=True)
