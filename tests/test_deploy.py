@@ -66,7 +66,7 @@ def test_one_gpu_worker_per_pipeline_each_on_a_gpu_of_its_own():
         devices += device["device_ids"]
         # The API and every worker read one list of pipelines.
         assert name.removeprefix("gpu-worker-") in json.loads(
-            gpu["environment"]["OMNIJOBS_PIPELINES"])
+            compose_default(gpu["environment"]["OMNIJOBS_PIPELINES"]))
     assert len(devices) == len(set(devices)) == len(GPU_WORKERS) >= 2
 
 
