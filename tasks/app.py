@@ -10,13 +10,16 @@ from celery import Celery
 from celery.signals import worker_shutdown
 
 from core.settings import Settings
+from storage.redisconn import client_options
 
 from .dispatch import MAINTENANCE_QUEUE
 
 
 def broker_options(settings: Settings) -> dict:
+    """Redis: the service's bounded connection options (storage/redisconn.py), on the
+    publishing and the consuming side alike."""
     if not settings.broker.startswith("filesystem"):
-        return {"visibility_timeout": 3600}
+        return {"visibility_timeout": 3600, **client_options(settings)}
     folder = settings.broker_folder
     (folder / "processed").mkdir(parents=True, exist_ok=True)
     (folder / "control").mkdir(parents=True, exist_ok=True)

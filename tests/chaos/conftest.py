@@ -8,12 +8,10 @@ from __future__ import annotations
 
 import json
 import signal
-import subprocess
 import time
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from shutil import which
 
 import httpx
 import pytest
@@ -21,46 +19,16 @@ import pytest
 from ..conftest import migrated_database, stack_env
 from ..services import (
     Process,
+    RedisServer,
     Stack,
     free_port,
     spawn,
     start_seaweedfs,
-    unavailable,
     wait_until,
 )
 
 LIMIT_S = 240  # a hard bound on each chaos test
 COUNTS: list[str] = []
-
-
-@dataclass
-class RedisServer:
-    """A redis-server of our own that a test may stop (never the machine's)."""
-
-    workdir: Path
-    port: int = field(default_factory=free_port)
-    proc: subprocess.Popen | None = None
-
-    @property
-    def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
-
-    def start(self) -> RedisServer:
-        import redis
-
-        binary = which("redis-server") or unavailable("redis-server")
-        with (self.workdir / "redis.log").open("ab") as log:
-            self.proc = subprocess.Popen(
-                [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-                 "--appendonly", "no", "--dir", str(self.workdir)],
-                stdout=log, stderr=subprocess.STDOUT)
-        wait_until(lambda: redis.Redis.from_url(self.url).ping(), 30, "redis-server")
-        return self
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            self.proc.wait(10)
 
 
 @dataclass
