@@ -13,7 +13,7 @@ from fastapi import FastAPI
 from core.settings import Settings
 from pipelines import import_pipeline_modules
 from storage.bus import make_bus
-from storage.db import make_engine, make_sessionmaker, ping
+from storage.db import DbBounds, make_engine, make_sessionmaker, ping
 from storage.objects import make_store
 from storage.repositories import (
     BatchRepository,
@@ -58,8 +58,8 @@ def create_app(settings: Settings, publish: Publisher,
     # Every worker thread may hold one connection: with as many in the pool, a request
     # never waits for one (and a pool that is still exhausted is a 503, not a hang).
     # The submitter's writer and marker threads hold connections of their own.
-    engine = make_engine(settings.db_url, pool_size=settings.api_threads + Submitter.THREADS,
-                         max_overflow=0, pool_timeout=settings.db_pool_timeout_s)
+    engine = make_engine(settings.db_url, DbBounds.for_api(settings),
+                         pool_size=settings.api_threads + Submitter.THREADS, max_overflow=0)
     sessions = make_sessionmaker(engine)
     store = make_store(settings)
     quotas = Quotas({INTERACTIVE: Quota(settings.tenant_max_active,

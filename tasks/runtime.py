@@ -17,7 +17,7 @@ from functools import cached_property
 from core.settings import Settings
 from pipelines import Pipeline, get_pipeline_class, get_spec, import_pipeline_modules
 from storage.bus import Bus, make_bus
-from storage.db import make_engine, make_sessionmaker
+from storage.db import DbBounds, make_engine, make_sessionmaker
 from storage.objects import ObjectStore, make_store
 from storage.repositories import (
     BatchRepository,
@@ -36,7 +36,7 @@ class WorkerRuntime:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         import_pipeline_modules(settings.pipeline_modules)
-        sessions = make_sessionmaker(make_engine(settings.db_url))
+        sessions = make_sessionmaker(make_engine(settings.db_url, DbBounds.for_tasks(settings)))
         self.jobs = JobRepository(sessions)
         self.outbox = OutboxRepository(sessions)
         self.webhooks = WebhookRepository(sessions)

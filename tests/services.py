@@ -70,6 +70,26 @@ def wait_until(check, timeout: float, what: str) -> None:
     raise TimeoutError(f"{what} did not become ready in {timeout}s (last error: {last})")
 
 
+def outcome(call, deadline_s: float, what: str = "the call"):
+    """What ``call`` returned or raised, asserting it did so within ``deadline_s`` (run on
+    a daemon thread, so a call that hangs fails the test instead of holding it)."""
+    import threading
+
+    result: list[object] = []
+
+    def run() -> None:
+        try:
+            result.append(call())
+        except Exception as exc:
+            result.append(exc)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(deadline_s)
+    assert result, f"{what} was still waiting after {deadline_s}s"
+    return result[0]
+
+
 def create_database() -> str:
     import psycopg
 

@@ -7,7 +7,6 @@ that went silent for good."""
 from __future__ import annotations
 
 import asyncio
-import threading
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 
@@ -25,6 +24,7 @@ from tasks.publish import publish_many
 
 from ..proxy import Proxy
 from ..services import RedisServer
+from ..services import outcome as answered
 
 TIMEOUT_S = 0.2  # the bound under test; every call below must give up long before:
 DEADLINE_S = 10.0  # fifty times the bound (and shorter than any retry loop without it)
@@ -42,20 +42,7 @@ def bounded(url: str, **extra) -> Settings:
 
 
 def outcome(call: Callable[[], object]) -> object:
-    """What ``call`` returned or raised, asserting it did so within DEADLINE_S."""
-    result: list[object] = []
-
-    def run() -> None:
-        try:
-            result.append(call())
-        except Exception as exc:
-            result.append(exc)
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    thread.join(DEADLINE_S)
-    assert result, f"still waiting on a frozen Redis after {DEADLINE_S}s"
-    return result[0]
+    return answered(call, DEADLINE_S, "a call to a frozen Redis")
 
 
 def message() -> OutboxRecord:
