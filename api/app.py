@@ -65,8 +65,11 @@ def create_app(settings: Settings, publish: Publisher,
     quotas = Quotas({INTERACTIVE: Quota(settings.tenant_max_active,
                                         settings.pipeline_max_queued)})
     keys = KeyRepository(sessions)
+    job_repo = JobRepository(sessions, quotas)
     submitter = Submitter()
     bus = make_bus(settings)
+    live = Live(bus, bus.watcher(), states=job_repo.states, resync_s=settings.event_resync_s,
+                max_streams=settings.tenant_max_streams)
 
     checks = {"database": lambda: ping(engine), "storage": store.check}
     if broker_check is not None:
@@ -81,14 +84,14 @@ def create_app(settings: Settings, publish: Publisher,
     app = FastAPI(title="omnijobs", version=version("omnijobs"), lifespan=lifespan)
     app.state.engine = engine
     app.state.services = Services(
-        settings=settings, jobs=JobRepository(sessions, quotas), keys=keys,
+        settings=settings, jobs=job_repo, keys=keys,
         outbox=OutboxRepository(sessions), store=store, publish=publish, ready_checks=checks,
         auth=Authenticator(keys, settings.auth_cache_ttl_s),
         limiter=make_rate_limiter(settings),
         webhooks=WebhookRepository(sessions), webhook_tester=webhook_tester,
         files=FileRepository(sessions), batches=BatchRepository(sessions),
         publish_many=publish_many, submitter=submitter,
-        live=Live(bus, bus.watcher()), stream_encoder=stream_encoder,
+        live=live, stream_encoder=stream_encoder,
         streamable=streamable if stream_encoder is not None else frozenset())
     install_error_handlers(app)
     for module in (speech, videos, jobs, events, models, objects, files, batches, webhooks):

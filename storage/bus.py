@@ -1,9 +1,10 @@
 """Live notices and audio chunks, from workers (and API processes) to API processes.
 
 A notice says "job X changed, read it again": it carries no state, so one that is lost
-costs latency, never correctness (the database stays the source of truth, and every
-watcher re-reads it on a timer as well). Audio chunks carry the samples a job adds as it
-is generated, raw float32, for the API to encode in whatever format its client asked.
+costs latency, never correctness (the database stays the source of truth, and an API
+process re-checks every job it watches on a timer as well). Audio chunks carry the
+samples a job adds as it is generated, raw float32, for the API to encode in whatever
+format its client asked.
 A worker sends chunks only while someone listens (``listen``), so jobs nobody streams
 cost one existence check per chunk.
 
@@ -209,10 +210,12 @@ def make_bus(settings: Settings) -> Bus:
 
 
 class Subscription:
-    """One watcher of one job: ``wait`` returns True on a notice, False on a timeout."""
+    """One watcher of one job: ``wait`` returns True on a notice, False on a timeout.
+    ``seen`` is what the watcher last read of its job (its resync compares it)."""
 
     def __init__(self) -> None:
         self.event = asyncio.Event()
+        self.seen: object = None
 
     async def wait(self, timeout_s: float) -> bool:
         try:
@@ -247,6 +250,10 @@ class Watcher:
     @property
     def active(self) -> int:
         return sum(len(s) for s in self._subs.values())
+
+    def subscriptions(self) -> dict[str, list[Subscription]]:
+        """Every job watched in this event loop and its watchers, as they are now."""
+        return {job_id: list(subs) for job_id, subs in self._subs.items()}
 
     def wake(self, job_id: str) -> None:
         for sub in self._subs.get(job_id, ()):
