@@ -50,6 +50,10 @@ def make_celery(settings: Settings, with_tasks: bool = True) -> Celery:
     )
     if settings.broker.startswith("filesystem"):  # the embedded broker, with lanes
         app.conf.broker_transport = "tasks.lanes:FilesystemTransport"
+    elif settings.broker.startswith("redis://"):
+        # kombu's, forgetting a message whose ack timed out (tasks/redis_transport.py); a
+        # rediss:// URL keeps kombu's own, which takes TLS from the scheme
+        app.conf.broker_transport = "tasks.redis_transport:Transport"
     if with_tasks:
         from . import deliver, render
 

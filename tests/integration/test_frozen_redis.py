@@ -135,3 +135,29 @@ def test_notices_come_back_after_the_subscription_went_silent(server):
         asyncio.run(run())
     finally:
         proxy.close()
+
+
+def test_a_worker_whose_ack_timed_out_takes_the_next_message(server):
+    """A late ack that a frozen Redis never answers must not leave the message counted
+    against the prefetch of 1 for ever (kombu forgets a delivered message only once Redis
+    confirms its ack): after SIGCONT the worker's channel takes the next message. The
+    unconfirmed one stays in Redis's unacked set, restored after the visibility timeout,
+    where its claim finds the job taken."""
+    app = make_celery(bounded(server.url), with_tasks=True)
+    try:
+        with app.connection_for_read() as conn:
+            channel = conn.default_channel
+            channel.basic_qos(prefetch_count=1)
+            queue = channel.queue_declare("acks").queue
+            producer = conn.Producer(channel)
+            producer.publish({"n": 1}, routing_key=queue)
+            message = outcome(lambda: channel.basic_get(queue, no_ack=False))
+            assert message is not None and not channel.qos.can_consume()
+            server.freeze()
+            failed = outcome(lambda: message.ack())
+            server.thaw()
+            assert isinstance(failed, Exception), failed  # Redis never confirmed it
+            assert channel.qos.can_consume()  # ... and the channel takes the next one
+    finally:
+        server.thaw()
+        app.close()
