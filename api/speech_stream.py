@@ -34,7 +34,7 @@ from core.jobs import JobStatus
 from storage.records import JobRecord
 
 from .deps import Services
-from .live import SSE_HEADERS, Watch, error_json
+from .live import SSE_HEADERS, Slot, Watch, error_json
 from .metrics import LIVE_ACTIVE
 
 log = logging.getLogger(__name__)
@@ -142,7 +142,7 @@ def early_error(job: JobRecord) -> Exception:
 
 
 async def stream_speech(svc: Services, job: JobRecord, fmt: str, mode: str,
-                        cancel_on_disconnect: bool, slot=None
+                        cancel_on_disconnect: bool, slot: Slot | None = None
                         ) -> StreamingResponse | JobRecord:
     """Wait for the first audio (or the end), then stream the rest. A job still going
     when the stream's time is up before any audio is handed back (the route answers 202

@@ -90,8 +90,9 @@ class Settings(BaseSettings):
         15.0, gt=0, description="A comment line is sent on an idle event stream this often, "
         "so proxies keep the connection")
     event_resync_s: float = Field(
-        2.0, gt=0, description="A waiting request or stream re-reads its job from the "
-        "database this often even without a notice (a notice lost in transit is replayed)")
+        2.0, gt=0, description="An API process checks the jobs its waits and streams watch "
+        "this often, in one query for all, even without a notice (a notice lost in transit "
+        "is replayed)")
 
     lease_s: float = Field(
         60.0, gt=0, description="A running job's lease, renewed by its worker's heartbeat; "

@@ -12,8 +12,16 @@ from __future__ import annotations
 
 import socket
 import threading
+from urllib.parse import urlsplit
 
 from .services import free_port
+
+
+def through(url: str, proxy: Proxy) -> str:
+    """``url`` with its host:port replaced by the proxy's."""
+    parts = urlsplit(url)
+    return parts._replace(netloc=parts.netloc.replace(
+        f"{parts.hostname}:{parts.port}", f"127.0.0.1:{proxy.port}")).geturl()
 
 
 class _Link:

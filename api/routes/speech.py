@@ -29,7 +29,7 @@ from storage.records import JobRecord
 
 from ..deps import Services, services, tenant_id
 from ..guard import GuardedRoute
-from ..live import wait_for
+from ..live import Slot, wait_for
 from ..schemas import SpeechCreate
 from ..service import job_public, parse_prefer
 from ..speech_stream import check_streamable, stream_speech
@@ -112,7 +112,8 @@ async def create_speech(body: SpeechCreate, svc: Services = Depends(services),
         return await waited(svc, job, wait, f"wait={int(wait)}" if prefer else None)
 
 
-async def streamed(svc: Services, body: SpeechCreate, job: JobRecord, slot) -> Response:
+async def streamed(svc: Services, body: SpeechCreate, job: JobRecord, slot: Slot
+                   ) -> Response:
     try:
         answer = await stream_speech(svc, job, body.response_format, body.stream_format,
                                      body.cancel_on_disconnect, slot)

@@ -23,7 +23,7 @@ from tasks.lease import Lease
 from tasks.runtime import WorkerRuntime
 
 from ..api.conftest import Api
-from ..proxy import Proxy
+from ..proxy import Proxy, through
 from ..services import outcome, wait_until
 
 BOUNDS = {"db_statement_timeout_s": 0.5, "db_task_statement_timeout_s": 0.5,
@@ -66,12 +66,6 @@ REQUESTS: list[tuple[str, str, dict]] = [
     ("GET", "/v1/webhooks/default/secret", {}),
     ("GET", "/readyz", {}),
 ]
-
-
-def through(url: str, proxy: Proxy) -> str:
-    parts = urlsplit(url)
-    return parts._replace(netloc=parts.netloc.replace(
-        f"{parts.hostname}:{parts.port}", f"127.0.0.1:{proxy.port}")).geturl()
 
 
 @pytest.fixture
