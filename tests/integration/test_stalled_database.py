@@ -123,9 +123,11 @@ def running_job(pg_url: str, lease_s: float):
 @pytest.mark.parametrize("fault", ["stall", "cut"])
 def test_a_lease_that_cannot_be_confirmed_is_lost(pg_url, proxy, tmp_path, fault):
     """The upload guard (``lost_now``) passes only on a confirmed heartbeat; one that
-    hangs or fails past the lease means lost, and so does the heartbeat thread."""
+    hangs or fails past the lease means lost, and so does the heartbeat thread. (The
+    workers' statement bound stays at its default of minutes: a heartbeat waits no
+    longer than its lease has left.)"""
     settings = Settings(mode="embedded", home=tmp_path, database_url=through(pg_url, proxy),
-                        **BOUNDS)
+                        db_connect_timeout_s=2)
     rt = WorkerRuntime(settings)
     job = running_job(pg_url, lease_s=1.5)
     guard = Lease(rt.jobs, job.id, job.attempts, lease_s=1.5)
