@@ -211,7 +211,7 @@ class Settings(BaseSettings):
         300.0, gt=0, description="Workers and maintenance: the same bound for their "
         "statements (batch expansion and sweeps run longer ones than any request)")
     redis_timeout_s: float = Field(
-        1.0, gt=0, le=60, description="Connecting to Redis and each Redis call (broker, "
+        2.0, gt=0, le=60, description="Connecting to Redis and each Redis call (broker, "
         "live bus, rate limiter) give up after this long: a frozen Redis holds nothing "
         "longer")
     auth_cache_ttl_s: float = Field(

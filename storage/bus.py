@@ -275,8 +275,9 @@ class Watcher:
 class RedisWatcher(Watcher):
     """One pattern subscription per event loop. A subscription can go quiet without
     closing (a frozen Redis, a half-open connection), so after ``health_check_s`` of
-    silence it is pinged, and one that does not answer within the Redis timeout is
-    dropped and made again; meanwhile the watchers' database resync carries on."""
+    silence it is pinged, and one that does not answer within as long again is dropped
+    and made again (a busy host is not taken for a dead one); meanwhile the watchers'
+    database resync carries on."""
 
     def __init__(self, settings: Settings) -> None:
         super().__init__()
@@ -303,14 +304,14 @@ class RedisWatcher(Watcher):
     async def _listen(self, pubsub) -> None:
         from .redisconn import health_check_s
 
-        quiet_s, timeout_s = health_check_s(self.settings), self.settings.redis_timeout_s
+        quiet_s = health_check_s(self.settings)
         while True:
             msg = await pubsub.get_message(timeout=quiet_s)
             if msg is None:  # quiet for a while: is anyone there?
                 await pubsub.ping()
-                msg = await pubsub.get_message(timeout=timeout_s)
+                msg = await pubsub.get_message(timeout=quiet_s)
                 if msg is None:
-                    raise TimeoutError(f"no answer from Redis in {timeout_s:g}s")
+                    raise TimeoutError(f"no answer from Redis in {quiet_s:g}s")
             if msg["type"] == "pmessage":
                 self.wake(msg["channel"].decode()[len(NOTICE):])
             elif msg["type"] == "psubscribe":
