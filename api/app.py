@@ -13,7 +13,7 @@ from fastapi import FastAPI
 from core.settings import Settings
 from pipelines import import_pipeline_modules
 from storage.bus import make_bus
-from storage.db import make_engine, make_sessionmaker, ping
+from storage.db import DbBounds, make_engine, make_sessionmaker, ping
 from storage.objects import make_store
 from storage.repositories import (
     BatchRepository,
@@ -63,15 +63,18 @@ def create_app(settings: Settings, publish: Publisher,
     # Every worker thread may hold one connection: with as many in the pool, a request
     # never waits for one (and a pool that is still exhausted is a 503, not a hang).
     # The submitter's writer and marker threads hold connections of their own.
-    engine = make_engine(settings.db_url, pool_size=settings.api_threads + Submitter.THREADS,
-                         max_overflow=0, pool_timeout=settings.db_pool_timeout_s)
+    engine = make_engine(settings.db_url, DbBounds.for_api(settings),
+                         pool_size=settings.api_threads + Submitter.THREADS, max_overflow=0)
     sessions = make_sessionmaker(engine)
     store = make_store(settings)
     quotas = Quotas({INTERACTIVE: Quota(settings.tenant_max_active,
                                         settings.pipeline_max_queued)})
     keys = KeyRepository(sessions)
+    job_repo = JobRepository(sessions, quotas)
     submitter = Submitter()
     bus = make_bus(settings)
+    live = Live(bus, bus.watcher(), states=job_repo.states, resync_s=settings.event_resync_s,
+                max_streams=settings.tenant_max_streams)
 
     checks = {"database": lambda: ping(engine), "storage": store.check}
     if broker_check is not None:
@@ -88,14 +91,14 @@ def create_app(settings: Settings, publish: Publisher,
                   docs_url=None, redoc_url=None)
     app.state.engine = engine
     app.state.services = Services(
-        settings=settings, jobs=JobRepository(sessions, quotas), keys=keys,
+        settings=settings, jobs=job_repo, keys=keys,
         outbox=OutboxRepository(sessions), store=store, publish=publish, ready_checks=checks,
         auth=Authenticator(keys, settings.auth_cache_ttl_s),
         limiter=make_rate_limiter(settings),
         webhooks=WebhookRepository(sessions), webhook_tester=webhook_tester,
         files=FileRepository(sessions), batches=BatchRepository(sessions),
         publish_many=publish_many, submitter=submitter,
-        live=Live(bus, bus.watcher()), stream_encoder=stream_encoder,
+        live=live, stream_encoder=stream_encoder,
         streamable=streamable if stream_encoder is not None else frozenset(),
         console_sessions=SessionRepository(sessions), activity=ActivityRepository(sessions),
         fleet=Fleet(WorkerRepository(sessions)))

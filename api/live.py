@@ -1,9 +1,14 @@
 """Watching jobs live: the pushed synchronous wait and the job event stream (SSE).
 
 Both wait on notices (storage/bus.py) and re-read the job from the database when one
-arrives, when they (re)connect, and every ``OMNIJOBS_EVENT_RESYNC_S`` in case a notice
-was lost; the database is the source of truth and a notice carries nothing else. While
-it waits, a request is an ``asyncio.Event``: no thread, no database connection.
+arrives and when they start; the database is the source of truth and a notice carries
+nothing else. In case a notice was lost, the process checks every job it watches every
+``OMNIJOBS_EVENT_RESYNC_S``, in one query for all of them (``Live.resync``), and wakes the
+watchers whose job changed: a thousand idle streams cost one query per interval, not a
+thousand. While it waits, a request is an ``asyncio.Event``: no thread, no connection.
+
+A tenant holds at most ``OMNIJOBS_TENANT_MAX_STREAMS`` streams and waits open at once
+on an API process (``Live.slot``); one more is a 429, before anything is submitted.
 
 Event ids are derived from the job's state, never from a counter in memory, so any API
 process can resume any stream from ``Last-Event-ID``: they grow with every change a
@@ -12,16 +17,18 @@ client can see (queued, each attempt's progress, the end).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
+import math
 import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from fastapi.concurrency import run_in_threadpool
 from pydantic import BaseModel
 
-from core.errors import InvalidRequest
+from core.errors import InvalidRequest, TooManyRequests
 from core.jobs import JobStatus
 from storage.bus import Bus, Subscription, Watcher
 from storage.records import JobRecord
@@ -35,12 +42,51 @@ TERMINAL_ID = 1_000_000_000  # the terminal status; a completed job's output fol
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 
+def state_of(job: JobRecord | None) -> tuple[str, int, int] | None:
+    """What the resync compares (``JobRepository.states``'s shape)."""
+    return None if job is None else (job.status.value, job.attempts, job.progress)
+
+
+class Slot:
+    """One of a tenant's open streams and waits, taken when made and given back once:
+    by ``release``, at the end of a ``with`` block, or when dropped unused (a stream
+    whose body never started)."""
+
+    def __init__(self, counts: dict[str, int], tenant_id: str) -> None:
+        self._counts, self._tenant = counts, tenant_id
+        counts[tenant_id] = counts.get(tenant_id, 0) + 1
+        self._held = True
+
+    def release(self) -> None:
+        if self._held:
+            self._held = False
+            left = self._counts[self._tenant] - 1
+            if left:
+                self._counts[self._tenant] = left
+            else:
+                del self._counts[self._tenant]
+
+    def __enter__(self) -> Slot:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+    __del__ = release
+
+
 @dataclass
 class Live:
-    """An API process's bus and its one watcher (built by the app factory)."""
+    """An API process's bus and its one watcher (built by the app factory), the resync
+    of every job watched, and each tenant's open streams and waits."""
 
     bus: Bus
     watcher: Watcher
+    states: Callable[[list[str]], dict[str, tuple]] = lambda ids: {}  # JobRepository's
+    resync_s: float = 2.0
+    max_streams: int = 100
+    _open: dict[str, int] = field(default_factory=dict)
+    _resync: asyncio.Task | None = None
 
     def notify(self, job_id: str) -> None:
         """From a route that changed a job (a cancel): best effort, like the worker's."""
@@ -49,29 +95,64 @@ class Live:
         except Exception:
             log.warning("live notice for %s not sent", job_id, exc_info=True)
 
+    def slot(self, tenant_id: str) -> Slot:
+        """Take one of the tenant's streams and waits, or refuse with a 429."""
+        if self._open.get(tenant_id, 0) >= self.max_streams:
+            raise TooManyRequests(
+                f"this tenant already has {self.max_streams} event streams, streamed "
+                "responses and waits open on this server; close one or retry shortly",
+                code="too_many_streams", retry_after_s=max(1, math.ceil(self.resync_s)))
+        return Slot(self._open, tenant_id)
+
+    def ensure_resync(self) -> None:
+        loop = asyncio.get_running_loop()
+        if self._resync is None or self._resync.done() or self._resync.get_loop() is not loop:
+            self._resync = loop.create_task(self.resync())
+
+    async def resync(self) -> None:
+        """Every ``resync_s``: one query for the state of every job watched in this
+        process; a watcher whose job is not as it last read it is woken (and re-reads)."""
+        while True:
+            await asyncio.sleep(self.resync_s)
+            watched = self.watcher.subscriptions()
+            if not watched:
+                continue
+            try:
+                states = await run_in_threadpool(self.states, list(watched))
+            except Exception:  # the database is away: try again next interval
+                log.warning("live resync failed", exc_info=True)
+                continue
+            for job_id, subs in watched.items():
+                for sub in subs:
+                    if sub.seen != states.get(job_id):
+                        sub.event.set()
+
 
 class Watch:
-    """One request watching one job: reloads on a notice or on the resync timer."""
+    """One request watching one job: reloads when woken (a notice, the resync)."""
 
     def __init__(self, svc: Services, job: JobRecord, sub: Subscription) -> None:
         self.svc, self.job, self.sub = svc, job, sub
+        sub.seen = state_of(job)
+        svc.live.ensure_resync()
 
     async def reload(self) -> JobRecord:
         """The job as the database has it now (unchanged if the read fails: retried at
-        the next notice or tick; gone, as a deleted job, is left to the caller)."""
+        the next notice or resync; gone, as a deleted job, is left to the caller)."""
         try:
             job = await run_in_threadpool(self.svc.jobs.get, self.job.id, self.job.tenant_id)
         except Exception:
             log.warning("re-reading job %s failed", self.job.id, exc_info=True,
                         extra={"job_id": self.job.id})
             return self.job
+        self.sub.seen = state_of(job)
         if job is not None:
             self.job = job
         return self.job
 
     async def next(self, remaining_s: float) -> bool:
-        """Wait for a notice (True) or the resync timer / deadline (False)."""
-        return await self.sub.wait(min(self.svc.settings.event_resync_s, remaining_s))
+        """Wait for a notice or a change the resync saw (True), or the deadline (False)."""
+        return await self.sub.wait(remaining_s)
 
 
 async def wait_for(svc: Services, job: JobRecord, timeout_s: float) -> JobRecord:
@@ -83,8 +164,8 @@ async def wait_for(svc: Services, job: JobRecord, timeout_s: float) -> JobRecord
         watch = Watch(svc, job, sub)
         job = await watch.reload()
         while not job.status.terminal and (left := deadline - time.monotonic()) > 0:
-            await watch.next(left)
-            job = await watch.reload()
+            if await watch.next(left):
+                job = await watch.reload()
     return job
 
 
@@ -130,12 +211,14 @@ def events_since(job: JobRecord, last: int, present: Callable[[JobRecord], BaseM
 
 
 async def job_events(svc: Services, job: JobRecord, last: int,
-                     present: Callable[[JobRecord], BaseModel]) -> AsyncIterator[bytes]:
+                     present: Callable[[JobRecord], BaseModel], slot: Slot
+                     ) -> AsyncIterator[bytes]:
     """``status`` / ``progress`` / ``output`` events until the job ends, heartbeats while
     idle, and at most ``OMNIJOBS_EVENT_STREAM_MAX_S`` in all (the client resumes)."""
     settings, live = svc.settings, svc.live
     deadline = time.monotonic() + settings.event_stream_max_s
-    with live.watcher.subscribe(job.id) as sub, LIVE_ACTIVE.labels("events").track_inprogress():
+    with slot, live.watcher.subscribe(job.id) as sub, \
+            LIVE_ACTIVE.labels("events").track_inprogress():
         await run_in_threadpool(live.bus.watch, job.id)
         watch = Watch(svc, job, sub)
         job = await watch.reload()
@@ -147,11 +230,12 @@ async def job_events(svc: Services, job: JobRecord, last: int,
                 last, quiet_since = sent, time.monotonic()
             if job.status.terminal or (left := deadline - time.monotonic()) <= 0:
                 return
-            await watch.next(min(left, settings.event_heartbeat_s))
+            woken = await watch.next(min(left, settings.event_heartbeat_s))
             if time.monotonic() - quiet_since >= settings.event_heartbeat_s:
                 yield b": keep-alive\n\n"
                 quiet_since = time.monotonic()
-            job = await watch.reload()
+            if woken:
+                job = await watch.reload()
 
 
 def error_json(code: str, message: str) -> str:

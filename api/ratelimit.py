@@ -1,7 +1,8 @@
 """Per-tenant submit rate limits: a token bucket per tenant, shared by every API process
 through Redis in production, held in the process in the embedded mode.
 
-If Redis cannot be reached the limit is not applied (and a warning logged): submits
+If Redis cannot be reached, or does not answer within OMNIJOBS_REDIS_TIMEOUT_S, the limit
+is not applied (and a warning logged), and Redis is left alone for a few seconds: submits
 must keep working through a broker outage, which the outbox exists for.
 """
 
@@ -74,20 +75,23 @@ class RedisBuckets:
 
     blocking = True  # a network round trip: asked from a worker thread
 
-    def __init__(self, url: str, rate: float, burst: int) -> None:
+    def __init__(self, settings: Settings, rate: float, burst: int) -> None:
         import redis
 
+        from storage.redisconn import Breaker, redis_client
+
         self._errors = redis.RedisError
-        self._client = redis.Redis.from_url(url, socket_timeout=0.5,
-                                            socket_connect_timeout=0.5)
+        self._client = redis_client(settings)
+        self._breaker = Breaker()  # a frozen Redis: one bounded wait every few seconds
         self._take = self._client.register_script(TAKE)
         self._rate, self._burst = rate, burst
         self._warned_at = -WARN_EVERY_S
 
     def wait_s(self, tenant_id: str) -> float:
         try:
-            return float(self._take(keys=[KEY.format(tenant=tenant_id)],
-                                    args=[self._rate, self._burst]))
+            with self._breaker:
+                return float(self._take(keys=[KEY.format(tenant=tenant_id)],
+                                        args=[self._rate, self._burst]))
         except self._errors as exc:
             if time.monotonic() - self._warned_at >= WARN_EVERY_S:
                 self._warned_at = time.monotonic()
@@ -101,5 +105,5 @@ def make_rate_limiter(settings: Settings) -> RateLimiter:
     if rate <= 0:
         return NoLimit()
     if settings.broker.startswith(("redis://", "rediss://")):
-        return RedisBuckets(settings.broker, rate, burst)
+        return RedisBuckets(settings, rate, burst)
     return LocalBuckets(rate, burst)

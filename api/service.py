@@ -29,7 +29,8 @@ _WAIT = re.compile(r"(?:^|[,;\s])wait\s*=\s*(\d+(?:\.\d+)?)", re.I)
 def submit(svc: Services, *, tenant: str, spec: PipelineSpec, model: str, request: dict,
            metadata: dict | None, idempotency_key: str | None,
            webhook: JobWebhookRequest | None = None) -> JobRecord:
-    """Admit, insert the job with its outbox message, then try to publish right away."""
+    """Admit, insert the job with its outbox message, then publish: in the background
+    where the app has a submitter, so a frozen broker holds no answer."""
     if idempotency_key is not None and (not 1 <= len(idempotency_key) <= 255
                                         or refused_character(idempotency_key)):
         raise InvalidRequest("Idempotency-Key must be 1 to 255 characters, none of them a "
@@ -46,6 +47,9 @@ def submit(svc: Services, *, tenant: str, spec: PipelineSpec, model: str, reques
                        param="Idempotency-Key", code="idempotency_key_reused")
     if msg is not None:
         JOBS_SUBMITTED.labels(spec.kind.value, model).inc()
+        if svc.submitter is not None:  # published in the background (api/submitter.py)
+            svc.submitter.publish_later(svc, [msg])
+            return job
         try:
             svc.publish(msg)
             svc.outbox.mark_published([msg.id])

@@ -37,7 +37,7 @@ from core.jobs import JobStatus
 from storage.records import JobRecord
 
 from .deps import Services
-from .live import SSE_HEADERS, Watch, error_json
+from .live import SSE_HEADERS, Slot, Watch, error_json
 from .metrics import LIVE_ACTIVE
 
 log = logging.getLogger(__name__)
@@ -165,12 +165,16 @@ def early_error(job: JobRecord) -> Exception:
 
 
 async def stream_speech(svc: Services, job: JobRecord, fmt: str, mode: str,
-                        cancel_on_disconnect: bool) -> StreamingResponse | JobRecord:
+                        cancel_on_disconnect: bool, slot: Slot | None = None
+                        ) -> StreamingResponse | JobRecord:
     """Wait for the first audio (or the end), then stream the rest. A job still going
     when the stream's time is up before any audio is handed back (the route answers 202
-    with it, as a synchronous wait that ran out does)."""
+    with it, as a synchronous wait that ran out does). ``slot`` (the tenant's, from
+    ``Live.slot``) is given back when the stream ends, however it ends."""
     live = svc.live
     stack = contextlib.ExitStack()
+    if slot is not None:
+        stack.callback(slot.release)
     sub = stack.enter_context(live.watcher.subscribe(job.id))
     stack.enter_context(LIVE_ACTIVE.labels("stream").track_inprogress())
     stream = SpeechStream(svc, job, fmt)

@@ -2,17 +2,18 @@
 
 A submit without an idempotency key joins the group that is waiting to be written; a
 writer thread inserts a whole group's jobs and render messages in one transaction
-(``JobRepository.create_many``), publishes its messages in one broker round trip, and
-only then are the group's callers answered. So a 202 still means the job and its
-message are committed (and, unless the broker is down, published), while the commit,
-the round trips and the thread hand-offs are shared by every submit that arrived while
-the previous group was being written. Under no load a group is one submit and nothing
-waits for company: a group leaves as soon as a writer is free.
+(``JobRepository.create_many``), and the group's callers are answered as soon as it is
+committed: a 202 means the job and its message are committed. The commit, the round trips
+and the thread hand-offs are shared by every submit that arrived while the previous group
+was being written. Under no load a group is one submit and nothing waits for company: a
+group leaves as soon as a writer is free.
 
-Marking the messages published is the one step left off the request path: a single
-background thread marks them in one statement per batch of groups. If the process dies
-first, the outbox relay publishes those messages again, which is harmless (a render
-message claims its job by compare-and-set on the job's dispatch token).
+Publishing is off the request path: one background thread publishes what the groups
+committed (everything waiting, in one broker round trip) and then marks it published. A
+broker that is down or frozen (every broker call is bounded by OMNIJOBS_REDIS_TIMEOUT_S)
+therefore delays no answer; what it did not take stays in the outbox and the relay
+publishes it. A message published twice (the process died before marking it) is
+harmless: a render message claims its job by compare-and-set on the dispatch token.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 from fastapi.concurrency import run_in_threadpool
 
 from pipelines import PipelineSpec
-from storage.records import JobRecord, JobWebhookRequest, NewJob
+from storage.records import JobRecord, JobWebhookRequest, NewJob, OutboxRecord
 
 from .metrics import JOBS_SUBMITTED, PUBLISH_DEFERRED
 from .service import submit, throttle
@@ -37,19 +38,19 @@ MAX_GROUP = 256
 
 
 class Submitter:
-    THREADS = WRITERS + 1  # the writers and the marker: each may hold a connection
+    THREADS = WRITERS + 1  # the writers and the publisher: each may hold a connection
 
     def __init__(self, writers: int = WRITERS, max_group: int = MAX_GROUP) -> None:
         self._writers, self._max_group = writers, max_group
         self._pool = ThreadPoolExecutor(writers, thread_name_prefix="submit")
-        self._marker = ThreadPoolExecutor(1, thread_name_prefix="outbox-mark")
+        self._publisher = ThreadPoolExecutor(1, thread_name_prefix="outbox-publish")
         self._loop: asyncio.AbstractEventLoop | None = None
         self._waiting: list[tuple[NewJob, asyncio.Future]] = []
         self._in_flight = 0
         self._tasks: set[asyncio.Task] = set()
         self._lock = threading.Lock()
-        self._to_mark: list[int] = []
-        self._marking = False
+        self._to_publish: list[OutboxRecord] = []
+        self._publishing = False
 
     async def submit(self, svc, new: NewJob) -> JobRecord:
         """The committed job, or the refusal (quotas) or outage (503) that stopped it."""
@@ -62,8 +63,8 @@ class Submitter:
         return await future
 
     def flush(self) -> None:
-        """Wait for the background marking (shutdown)."""
-        self._marker.submit(lambda: None).result()
+        """Wait for the background publishing (shutdown)."""
+        self._publisher.submit(lambda: None).result()
 
     def _start_groups(self, svc) -> None:
         while self._waiting and self._in_flight < self._writers:
@@ -95,43 +96,51 @@ class Submitter:
             self._start_groups(svc)
 
     def _commit(self, svc, news: list[NewJob]) -> list:
-        """In a writer thread: insert the group, publish what it committed."""
+        """In a writer thread: insert the group; its messages go to the publisher."""
         results = svc.jobs.create_many(news)
-        msgs = [r[1] for r in results if not isinstance(r, Exception)]
-        for job, _ in (r for r in results if not isinstance(r, Exception)):
+        committed = [r for r in results if not isinstance(r, Exception)]
+        for job, _ in committed:
             JOBS_SUBMITTED.labels(job.kind.value, job.model).inc()
-        if msgs:
+        self.publish_later(svc, [msg for _, msg in committed])
+        return results
+
+    def publish_later(self, svc, msgs: list[OutboxRecord]) -> None:
+        """Hand committed messages to the background publisher (any thread)."""
+        if not msgs:
+            return
+        with self._lock:
+            self._to_publish.extend(msgs)
+            start, self._publishing = not self._publishing, True
+        if start:
+            self._publisher.submit(self._publish_all, svc)
+
+    def _publish_all(self, svc) -> None:
+        while True:
+            with self._lock:
+                msgs, self._to_publish = self._to_publish, []
+                if not msgs:
+                    self._publishing = False
+                    return
             try:
-                if svc.publish_many is not None:
-                    svc.publish_many(msgs)
-                else:
-                    for msg in msgs:
-                        svc.publish(msg)
+                publish_now(svc, msgs)
             except Exception:  # the relay publishes them later; the jobs are already safe
                 PUBLISH_DEFERRED.inc(len(msgs))
                 log.warning("publish failed for %d jobs; left to the outbox relay", len(msgs))
-            else:
-                self._mark_later(svc, [m.id for m in msgs])
-        return results
-
-    def _mark_later(self, svc, ids: list[int]) -> None:
-        with self._lock:
-            self._to_mark.extend(ids)
-            start, self._marking = not self._marking, True
-        if start:
-            self._marker.submit(self._mark_all, svc)
-
-    def _mark_all(self, svc) -> None:
-        while True:
-            with self._lock:
-                ids, self._to_mark = self._to_mark, []
-                if not ids:
-                    self._marking = False
-                    return
+                continue
             try:
-                svc.outbox.mark_published(ids)
+                svc.outbox.mark_published([m.id for m in msgs])
             except Exception:  # the relay sends them again: harmless
-                log.warning("could not mark %d messages published", len(ids), exc_info=True)
+                log.warning("could not mark %d messages published", len(msgs),
+                            exc_info=True)
+
+
+def publish_now(svc, msgs: list[OutboxRecord]) -> None:
+    """One broker round trip for all of them where the app has one (``publish_many``)."""
+    if svc.publish_many is not None:
+        svc.publish_many(msgs)
+    else:
+        for msg in msgs:
+            svc.publish(msg)
 
 
 async def submit_job(svc, *, tenant: str, spec: PipelineSpec, model: str, request: dict,

@@ -90,8 +90,9 @@ class Settings(BaseSettings):
         15.0, gt=0, description="A comment line is sent on an idle event stream this often, "
         "so proxies keep the connection")
     event_resync_s: float = Field(
-        2.0, gt=0, description="A waiting request or stream re-reads its job from the "
-        "database this often even without a notice (a notice lost in transit is replayed)")
+        2.0, gt=0, description="An API process checks the jobs its waits and streams watch "
+        "this often, in one query for all, even without a notice (a notice lost in transit "
+        "is replayed)")
 
     lease_s: float = Field(
         60.0, gt=0, description="A running job's lease, renewed by its worker's heartbeat; "
@@ -230,6 +231,20 @@ class Settings(BaseSettings):
         "has as many connections")
     db_pool_timeout_s: float = Field(
         5.0, gt=0, description="Wait for a free database connection before answering 503")
+    db_connect_timeout_s: int = Field(
+        5, ge=2, le=300, description="Connecting to PostgreSQL (TCP and authentication) "
+        "gives up after this long (whole seconds, at least 2)")
+    db_statement_timeout_s: float = Field(
+        10.0, gt=0, description="API processes: the longest one statement may run "
+        "(PostgreSQL `statement_timeout`); the API stops waiting for an answer 1 s later, "
+        "so a stalled database is a 503 within it")
+    db_task_statement_timeout_s: float = Field(
+        300.0, gt=0, description="Workers and maintenance: the same bound for their "
+        "statements (batch expansion and sweeps run longer ones than any request)")
+    redis_timeout_s: float = Field(
+        2.0, gt=0, le=60, description="Connecting to Redis and each Redis call (broker, "
+        "live bus, rate limiter) give up after this long: a frozen Redis holds nothing "
+        "longer")
     auth_cache_ttl_s: float = Field(
         5.0, ge=0, le=10, description="How long an API process trusts a checked key (at most "
         "10): a revoked key is refused within it")
@@ -244,6 +259,9 @@ class Settings(BaseSettings):
         "through Redis); `0` turns it off; unset: off in the embedded mode, 50 in production")
     tenant_submit_burst: int | None = Field(
         None, ge=1, description="The token bucket's size; unset: twice the rate")
+    tenant_max_streams: int = Field(
+        100, ge=1, description="Event streams, streamed speech and synchronous waits a "
+        "tenant may hold open at once on one API process (429 above it)")
     metrics_public: bool = Field(
         False, description="Also serve `/metrics` on the API's port (otherwise only on "
         "`--metrics-port`)")

@@ -1,9 +1,10 @@
 """Live notices and audio chunks, from workers (and API processes) to API processes.
 
 A notice says "job X changed, read it again": it carries no state, so one that is lost
-costs latency, never correctness (the database stays the source of truth, and every
-watcher re-reads it on a timer as well). Audio chunks carry the samples a job adds as it
-is generated, raw float32, for the API to encode in whatever format its client asked.
+costs latency, never correctness (the database stays the source of truth, and an API
+process re-checks every job it watches on a timer as well). Audio chunks carry the
+samples a job adds as it is generated, raw float32, for the API to encode in whatever
+format its client asked.
 A worker sends chunks only while someone listens (``listen``), so jobs nobody streams
 cost one existence check per chunk.
 
@@ -85,20 +86,27 @@ class Bus:
 
 
 class RedisBus(Bus):
-    def __init__(self, url: str) -> None:
-        import redis
+    """Every call bounded (storage/redisconn.py), and skipped for a moment after Redis
+    failed: callers treat a failed notice or chunk as they treat a lost one."""
 
-        self.url = url
-        self._client = redis.Redis.from_url(url, socket_timeout=2, socket_connect_timeout=2)
+    def __init__(self, settings: Settings) -> None:
+        from .redisconn import Breaker, redis_client
+
+        self.settings = settings
+        self._client = redis_client(settings)
+        self._breaker = Breaker()
 
     def notify(self, job_id: str) -> None:
-        self._client.publish(NOTICE + job_id, b"1")
+        with self._breaker:
+            self._client.publish(NOTICE + job_id, b"1")
 
     def listen(self, job_id: str) -> None:
-        self._client.set(LISTEN + job_id, b"1", ex=LISTEN_TTL_S)
+        with self._breaker:
+            self._client.set(LISTEN + job_id, b"1", ex=LISTEN_TTL_S)
 
     def listening(self, job_id: str) -> bool:
-        return bool(self._client.exists(LISTEN + job_id))
+        with self._breaker:
+            return bool(self._client.exists(LISTEN + job_id))
 
     def add_audio(self, job_id: str, attempt: int, seq: int, samples: np.ndarray,
                   sample_rate: int) -> None:
@@ -108,19 +116,22 @@ class RedisBus(Bus):
                                    "d": data.tobytes()}, maxlen=AUDIO_MAXLEN, approximate=True)
         pipe.expire(AUDIO + job_id, AUDIO_TTL_S)
         pipe.publish(NOTICE + job_id, b"1")
-        pipe.execute()
+        with self._breaker:
+            pipe.execute()
 
     def read_audio(self, job_id: str, after: str) -> list[Chunk]:
         start = f"({after}" if after else "-"
+        with self._breaker:
+            entries = self._client.xrange(AUDIO + job_id, min=start)
         chunks = []
-        for entry_id, f in self._client.xrange(AUDIO + job_id, min=start):
+        for entry_id, f in entries:
             channels = int(f[b"c"])
             samples = np.frombuffer(f[b"d"], dtype=np.float32).reshape(channels, -1)
             chunks.append(Chunk(entry_id.decode(), int(f[b"a"]), samples, int(f[b"r"])))
         return chunks
 
     def watcher(self) -> Watcher:
-        return RedisWatcher(self.url)
+        return RedisWatcher(self.settings)
 
 
 class SpoolBus(Bus):
@@ -194,15 +205,17 @@ def prune(root: Path, older_than_s: float) -> None:
 
 def make_bus(settings: Settings) -> Bus:
     if settings.broker.startswith(("redis://", "rediss://")):
-        return RedisBus(settings.broker)
+        return RedisBus(settings)
     return SpoolBus(settings.live_dir)
 
 
 class Subscription:
-    """One watcher of one job: ``wait`` returns True on a notice, False on a timeout."""
+    """One watcher of one job: ``wait`` returns True on a notice, False on a timeout.
+    ``seen`` is what the watcher last read of its job (its resync compares it)."""
 
     def __init__(self) -> None:
         self.event = asyncio.Event()
+        self.seen: object = None
 
     async def wait(self, timeout_s: float) -> bool:
         try:
@@ -242,6 +255,10 @@ class Watcher:
     def active(self) -> int:
         return sum(len(s) for s in self._subs.values())
 
+    def subscriptions(self) -> dict[str, list[Subscription]]:
+        """Every job watched in this event loop and its watchers, as they are now."""
+        return {job_id: list(subs) for job_id, subs in self._subs.items()}
+
     def wake(self, job_id: str) -> None:
         for sub in self._subs.get(job_id, ()):
             sub.event.set()
@@ -260,28 +277,49 @@ class Watcher:
 
 
 class RedisWatcher(Watcher):
-    def __init__(self, url: str) -> None:
+    """One pattern subscription per event loop. A subscription can go quiet without
+    closing (a frozen Redis, a half-open connection), so after ``health_check_s`` of
+    silence it is pinged, and one that does not answer within as long again is dropped
+    and made again (a busy host is not taken for a dead one); meanwhile the watchers'
+    database resync carries on."""
+
+    def __init__(self, settings: Settings) -> None:
         super().__init__()
-        self.url = url
+        self.settings = settings
 
     async def _run(self) -> None:
-        import redis.asyncio as aioredis
+        from .redisconn import async_redis_client
 
         while True:
+            client = async_redis_client(self.settings)
             try:
-                client = aioredis.Redis.from_url(self.url, socket_connect_timeout=2)
                 async with client.pubsub() as pubsub:
                     await pubsub.psubscribe(NOTICE + "*")
-                    self.wake_all()  # anything sent while we were away is re-read
-                    async for msg in pubsub.listen():
-                        if msg.get("type") == "pmessage":
-                            self.wake(msg["channel"].decode()[len(NOTICE):])
+                    await self._listen(pubsub)
             except asyncio.CancelledError:
                 raise
             except Exception:  # Redis away: watchers fall back on their resync timers
                 log.warning("live notices: Redis subscription lost; reconnecting",
                             exc_info=True)
                 await asyncio.sleep(1.0)
+            finally:
+                await client.aclose()
+
+    async def _listen(self, pubsub) -> None:
+        from .redisconn import health_check_s
+
+        quiet_s = health_check_s(self.settings)
+        while True:
+            msg = await pubsub.get_message(timeout=quiet_s)
+            if msg is None:  # quiet for a while: is anyone there?
+                await pubsub.ping()
+                msg = await pubsub.get_message(timeout=quiet_s)
+                if msg is None:
+                    raise TimeoutError(f"no answer from Redis in {quiet_s:g}s")
+            if msg["type"] == "pmessage":
+                self.wake(msg["channel"].decode()[len(NOTICE):])
+            elif msg["type"] == "psubscribe":
+                self.wake_all()  # (subscribed again) anything sent meanwhile is re-read
 
 
 class SpoolWatcher(Watcher):

@@ -1,17 +1,27 @@
-"""Engine and session factory. SQLite gets WAL and a busy timeout so the embedded
-mode's API and worker processes can share one file."""
+"""Engine and session factory, the one place a database connection is configured.
+
+PostgreSQL connections are bounded (``DbBounds``): connect timeout, statement timeout,
+a client-side wait for every answer, kernel keepalives, a pool timeout, so a stalled
+database is a 503 (or a retried step) within a stated time, never a thread held for ever.
+SQLite gets WAL and a busy timeout so the embedded mode's API and worker processes can
+share one file."""
 
 from __future__ import annotations
 
+import contextlib
 import time
+from collections.abc import Iterator
+from contextvars import ContextVar
+from dataclasses import dataclass
 
-from sqlalchemy import Engine, create_engine, event, text
+from sqlalchemy import Engine, create_engine, event, make_url, text
 from sqlalchemy.engine import ExceptionContext
 from sqlalchemy.exc import DisconnectionError, InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.orm import Session, sessionmaker
 
 from core.errors import ServiceUnavailable
+from core.settings import Settings
 
 # The database is down, unreachable or saturated (no connection free in time): a caller
 # may retry later. Anything else the database raises is a bug, not an outage. Driver
@@ -32,16 +42,49 @@ def _unavailable(ctx: ExceptionContext) -> None:
         ) from ctx.original_exception
 
 
-def make_engine(url: str, *, pool_size: int = 5, max_overflow: int = 5,
-                pool_timeout: float = 30.0) -> Engine:
+@dataclass(frozen=True)
+class DbBounds:
+    """How long a database call may take. A database that is down fails fast; one that
+    stalls (a frozen server, a partition, a proxy that stops forwarding) sends no error,
+    and without these bounds a thread would wait on it for ever.
+
+    ``connect_s``: connecting (TCP and authentication). ``statement_s``: the longest a
+    statement may run (PostgreSQL's ``statement_timeout``); the client waits for an
+    answer ``ANSWER_MARGIN_S`` longer, then closes the connection (a 503). None: no
+    bound on statements (migrations, the admin commands). ``pool_timeout_s``: waiting for
+    a free pooled connection."""
+
+    connect_s: int = 5
+    statement_s: float | None = None
+    pool_timeout_s: float = 30.0
+
+    @classmethod
+    def for_api(cls, settings: Settings) -> DbBounds:
+        return cls(settings.db_connect_timeout_s, settings.db_statement_timeout_s,
+                   settings.db_pool_timeout_s)
+
+    @classmethod
+    def for_tasks(cls, settings: Settings) -> DbBounds:
+        return cls(settings.db_connect_timeout_s, settings.db_task_statement_timeout_s)
+
+
+ANSWER_MARGIN_S = 1.0  # past statement_timeout: the server had its chance to cancel
+# Kernel keepalives on idle pooled connections: a peer gone without a reset (a host
+# that vanished) is found within about 30 + 3 * 10 s.
+KEEPALIVES = {"keepalives": 1, "keepalives_idle": 30, "keepalives_interval": 10,
+              "keepalives_count": 3}
+
+
+def make_engine(url: str, bounds: DbBounds = DbBounds(), *, pool_size: int = 5,
+                max_overflow: int = 5) -> Engine:
     """The API sizes its pool to its thread count (every thread may hold one
     connection), so a request never queues for one; workers keep the small default."""
-    engine = _create(url, pool_size, max_overflow, pool_timeout)
+    engine = _create(url, bounds, pool_size, max_overflow)
     event.listen(engine, "handle_error", _unavailable)
     return engine
 
 
-def _create(url: str, pool_size: int, max_overflow: int, pool_timeout: float) -> Engine:
+def _create(url: str, bounds: DbBounds, pool_size: int, max_overflow: int) -> Engine:
     if url.startswith("sqlite"):
         engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
 
@@ -57,9 +100,56 @@ def _create(url: str, pool_size: int, max_overflow: int, pool_timeout: float) ->
     if url.startswith("postgresql://"):
         url = "postgresql+psycopg://" + url.removeprefix("postgresql://")
     engine = create_engine(url, pool_size=pool_size, max_overflow=max_overflow,
-                           pool_timeout=pool_timeout)
+                           pool_timeout=bounds.pool_timeout_s,
+                           connect_args=_connect_args(url, bounds))
+    if bounds.statement_s is not None:
+        _answer_within(engine, bounds.statement_s + ANSWER_MARGIN_S)
     _ping_when_idle(engine)
     return engine
+
+
+def _connect_args(url: str, bounds: DbBounds) -> dict:
+    args: dict = {"connect_timeout": bounds.connect_s, **KEEPALIVES}
+    if bounds.statement_s is not None:
+        options = make_url(url).query.get("options", "")
+        timeout = f"-c statement_timeout={max(1, round(bounds.statement_s * 1000))}"
+        args["options"] = f"{options} {timeout}".strip()
+    return args
+
+
+_ANSWER_S: ContextVar[float | None] = ContextVar("answer_s", default=None)
+
+
+@contextlib.contextmanager
+def answer_within(seconds: float) -> Iterator[None]:
+    """Database calls made in this block (on this thread) wait at most ``seconds`` for an
+    answer, if that is less than their engine's bound: a lease heartbeat must not wait
+    longer than its lease."""
+    token = _ANSWER_S.set(seconds)
+    try:
+        yield
+    finally:
+        _ANSWER_S.reset(token)
+
+
+def _answer_within(engine: Engine, answer_s: float) -> None:
+    """Connections that stop waiting for an answer after ``answer_s`` and close
+    themselves (psycopg has no client-side statement timeout of its own)."""
+    import psycopg
+
+    class Bounded(psycopg.Connection):
+        def wait(self, gen, interval: float = 0.1, timeout: float | None = None):
+            limit = min(t for t in (timeout, _ANSWER_S.get(), answer_s) if t is not None)
+            try:
+                return super().wait(gen, interval, limit)
+            except psycopg.errors._WaitTimeout:  # psycopg's own, internal, timeout
+                self.pgconn.finish()  # mid-protocol: unusable; SQLAlchemy drops it
+                raise psycopg.OperationalError(
+                    f"no answer from the database in {limit:g}s") from None
+
+    @event.listens_for(engine, "do_connect")
+    def _connect(_dialect, _record, cargs, cparams):
+        return Bounded.connect(*cargs, **cparams)
 
 
 # A pooled connection used this recently is taken as alive; one idle for longer is

@@ -16,6 +16,7 @@ from celery import Celery
 from celery.signals import worker_ready, worker_shutdown, worker_shutting_down
 
 from core.settings import Settings
+from storage.redisconn import client_options
 
 from .dispatch import MAINTENANCE_QUEUE
 
@@ -44,8 +45,10 @@ def visibility_timeout_s(settings: Settings) -> float:
 
 
 def broker_options(settings: Settings) -> dict:
+    """Redis: the service's bounded connection options (storage/redisconn.py), on the
+    publishing and the consuming side alike."""
     if not settings.broker.startswith("filesystem"):
-        return {"visibility_timeout": visibility_timeout_s(settings)}
+        return {"visibility_timeout": visibility_timeout_s(settings), **client_options(settings)}
     folder = settings.broker_folder
     (folder / "processed").mkdir(parents=True, exist_ok=True)
     (folder / "control").mkdir(parents=True, exist_ok=True)
@@ -76,6 +79,10 @@ def make_celery(settings: Settings, with_tasks: bool = True) -> Celery:
     )
     if settings.broker.startswith("filesystem"):  # the embedded broker, with lanes
         app.conf.broker_transport = "tasks.lanes:FilesystemTransport"
+    elif settings.broker.startswith("redis://"):
+        # kombu's, forgetting a message whose ack timed out (tasks/redis_transport.py); a
+        # rediss:// URL keeps kombu's own, which takes TLS from the scheme
+        app.conf.broker_transport = "tasks.redis_transport:Transport"
     if with_tasks:
         from . import deliver, render
 

@@ -3,9 +3,11 @@
 A background thread extends the lease and flushes progress while the pipeline works.
 When the heartbeat's compare-and-set stops matching (the job was cancelled, or a
 reaper handed it to another worker) the job is no longer ours: the pipeline is told
-to stop at its next chunk. The lease is renewed only while the job is within its
-pipeline's maximum runtime; past it the watchdog calls ``on_timeout`` (which records
-the timeout and recycles the process, since a stuck call cannot be interrupted).
+to stop at its next chunk. So it is when no heartbeat could be confirmed within the
+lease (a database that fails or stalls): the reaper may have handed the job on by then.
+The lease is renewed only while the job is within its pipeline's maximum runtime; past
+it the watchdog calls ``on_timeout`` (which records the timeout and recycles the
+process, since a stuck call cannot be interrupted).
 
 A started lease is in its process's ``InFlight`` set until it stops (the job recorded):
 what a draining worker waits for, and what it hands back when its drain time is up.
@@ -18,9 +20,13 @@ import threading
 import time
 from collections.abc import Callable
 
+from storage.db import answer_within
 from storage.repositories import JobRepository
 
 log = logging.getLogger(__name__)
+
+RETRY_S = 0.5  # between the upload guard's heartbeat tries
+MIN_ANSWER_S = 0.2  # the least a heartbeat waits for the database's answer
 
 
 class InFlight:
@@ -72,6 +78,7 @@ class Lease:
         self.handed_back = False
         self._on_progress = on_progress  # a new progress is recorded: tell the listeners
         self._started = time.monotonic()
+        self._confirmed_at = self._started  # the claim gave us the lease
         self.lost = threading.Event()
         self._stop = threading.Event()
         self._progress: int | None = None
@@ -89,25 +96,44 @@ class Lease:
 
     def lost_now(self) -> bool:
         """Heartbeat now (not at the next tick) and say whether the job is lost: called
-        right before an upload, so a reclaimed attempt doesn't overwrite a newer one."""
-        self.beat()
-        return self.lost.is_set()
+        right before an upload, so a reclaimed attempt doesn't overwrite a newer one.
+        Only a confirmed heartbeat keeps the job: one that fails or gets no answer is
+        tried again until the lease, as last confirmed, has run out, and then the job is
+        lost (the reaper may have handed it to another worker meanwhile)."""
+        while not self.lost.is_set():
+            if self.beat():
+                return False
+            if not self.lost.is_set():
+                time.sleep(min(RETRY_S, self.lease_s / 10))
+        return True
 
-    def beat(self) -> None:
+    def beat(self) -> bool:
+        """One heartbeat; True when confirmed (the lease renewed, the job still ours).
+        It waits no longer than the lease has left, so a stalled database cannot hold
+        it past the point where the job may be someone else's."""
         if self.overdue():  # never renewed past the maximum runtime
             self.lost.set()
-            return
+            return False
         progress = self._progress if self._progress != self._sent else None
+        sent_at = time.monotonic()
         try:
-            alive = self._jobs.heartbeat(self.job_id, self.attempt, self.lease_s, progress)
-        except Exception:  # a database blip must not kill the job; the lease has slack
+            with answer_within(max(MIN_ANSWER_S, self._confirmed_at + self.lease_s - sent_at)):
+                alive = self._jobs.heartbeat(self.job_id, self.attempt, self.lease_s, progress)
+        except Exception:  # a database blip must not kill the job while the lease lasts
             log.warning("heartbeat failed for %s", self.job_id, exc_info=True)
-            return
+            if time.monotonic() - self._confirmed_at >= self.lease_s:
+                log.warning("lease of %s not renewed within %gs: the job is lost",
+                            self.job_id, self.lease_s, extra={"job_id": self.job_id})
+                self.lost.set()
+            return False
         self._sent = progress if progress is not None else self._sent
         if not alive:
             self.lost.set()
-        elif progress is not None:
+            return False
+        self._confirmed_at = sent_at
+        if progress is not None:
             self._on_progress()
+        return True
 
     def _run(self) -> None:
         interval = min(self.lease_s / 3, 2.0)

@@ -32,7 +32,7 @@ from pipelines import (
     queue_for,
 )
 from storage.bus import Bus, make_bus
-from storage.db import make_engine, make_sessionmaker
+from storage.db import DbBounds, make_engine, make_sessionmaker
 from storage.objects import ObjectStore, make_store
 from storage.repositories import (
     BatchRepository,
@@ -56,7 +56,7 @@ class WorkerRuntime:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         import_pipeline_modules(settings.pipeline_modules)
-        sessions = make_sessionmaker(make_engine(settings.db_url))
+        sessions = make_sessionmaker(make_engine(settings.db_url, DbBounds.for_tasks(settings)))
         self.jobs = JobRepository(sessions)
         self.outbox = OutboxRepository(sessions)
         self.webhooks = WebhookRepository(sessions)

@@ -8,6 +8,7 @@ import json
 import os
 import random
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -69,6 +70,26 @@ def wait_until(check, timeout: float, what: str) -> None:
     raise TimeoutError(f"{what} did not become ready in {timeout}s (last error: {last})")
 
 
+def outcome(call, deadline_s: float, what: str = "the call"):
+    """What ``call`` returned or raised, asserting it did so within ``deadline_s`` (run on
+    a daemon thread, so a call that hangs fails the test instead of holding it)."""
+    import threading
+
+    result: list[object] = []
+
+    def run() -> None:
+        try:
+            result.append(call())
+        except Exception as exc:
+            result.append(exc)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(deadline_s)
+    assert result, f"{what} was still waiting after {deadline_s}s"
+    return result[0]
+
+
 def create_database() -> str:
     import psycopg
 
@@ -107,6 +128,47 @@ def redis_url() -> str:
     except redis.RedisError:
         unavailable("Redis")
     return url
+
+
+@dataclass
+class RedisServer:
+    """A redis-server of our own that a test may stop or freeze (never the machine's)."""
+
+    workdir: Path
+    port: int = field(default_factory=free_port)
+    proc: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> RedisServer:
+        import redis
+
+        binary = shutil.which("redis-server") or unavailable("redis-server")
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        with (self.workdir / "redis.log").open("ab") as log:
+            self.proc = subprocess.Popen(
+                [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+                 "--appendonly", "no", "--dir", str(self.workdir)],
+                stdout=log, stderr=subprocess.STDOUT)
+        wait_until(lambda: redis.Redis.from_url(self.url).ping(), 30, "redis-server")
+        return self
+
+    def freeze(self) -> None:
+        """SIGSTOP: the kernel still accepts connections and takes what is sent, but
+        nothing is ever answered (``thaw`` resumes it where it stopped)."""
+        self.proc.send_signal(signal.SIGSTOP)
+
+    def thaw(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGCONT)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.thaw()
+            self.proc.terminate()
+            self.proc.wait(10)
 
 
 @dataclass

@@ -32,11 +32,12 @@ async def _stream(svc: Services, tenant: str, job_id: str, last_event_id: str | 
                   kind: JobKind | None) -> StreamingResponse:
     last = parse_last_event_id(last_event_id)
     job = await run_in_threadpool(get_job, svc, tenant, job_id, kind)
+    slot = svc.live.slot(tenant)  # one of the tenant's open streams (a 429 if none left)
     view = video_view if kind is JobKind.VIDEO else job_view
 
     def present(j: JobRecord):
         return view(j, svc.store, svc.settings.signed_url_ttl_s)
-    return StreamingResponse(job_events(svc, job, last, present),
+    return StreamingResponse(job_events(svc, job, last, present, slot),
                              media_type="text/event-stream", headers=SSE_HEADERS)
 
 

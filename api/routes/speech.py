@@ -29,7 +29,7 @@ from storage.records import JobRecord
 
 from ..deps import Services, services, tenant_id
 from ..guard import GuardedRoute
-from ..live import wait_for
+from ..live import Slot, wait_for
 from ..schemas import SpeechCreate
 from ..service import job_public, parse_prefer
 from ..speech_stream import check_streamable, stream_speech
@@ -90,27 +90,44 @@ async def create_speech(body: SpeechCreate, svc: Services = Depends(services),
     spec, fields = speech_job(svc.settings, body)
     if body.stream_format is not None:
         check_streamable(svc, body.response_format)
-    hook = (body.webhook_url, body.webhook_events, JobKind.SPEECH)
-    webhook = (job_webhook(svc, *hook) if body.webhook_url is None  # no DNS: no thread hop
-               else await run_in_threadpool(job_webhook, svc, *hook))
-    job = await submit_job(svc, tenant=tenant, spec=spec, model=body.model, request=fields,
-                           metadata=body.metadata, idempotency_key=idempotency_key,
-                           webhook=webhook)
-    if body.stream_format is not None:
-        try:
-            streamed = await stream_speech(svc, job, body.response_format,
-                                           body.stream_format, body.cancel_on_disconnect)
-        except OmniJobsError:  # the job's own answer (failed, cancelled)
-            raise
-        except Exception:  # the bus is down: the job goes on; never invite a resubmit
-            log.warning("streaming job %s failed to start; answering 202", job.id,
-                        exc_info=True, extra={"job_id": job.id})
-            return accepted(svc, job, None)
-        return accepted(svc, streamed, None) if isinstance(streamed, JobRecord) else streamed
     wait = parse_prefer(prefer, svc.settings.sync_wait_default_s, svc.settings.sync_wait_max_s)
-    if wait is None:
+    # A stream or a wait holds one of the tenant's slots: a 429 before anything is stored.
+    slot = svc.live.slot(tenant) if body.stream_format is not None or wait is not None else None
+    hook = (body.webhook_url, body.webhook_events, JobKind.SPEECH)
+    try:
+        webhook = (job_webhook(svc, *hook) if body.webhook_url is None  # no DNS: no hop
+                   else await run_in_threadpool(job_webhook, svc, *hook))
+        job = await submit_job(svc, tenant=tenant, spec=spec, model=body.model,
+                               request=fields, metadata=body.metadata,
+                               idempotency_key=idempotency_key, webhook=webhook)
+    except BaseException:
+        if slot is not None:
+            slot.release()
+        raise
+    if body.stream_format is not None:
+        return await streamed(svc, body, job, slot)
+    if slot is None:
         return accepted(svc, job, "respond-async")
-    applied = f"wait={int(wait)}" if prefer else None
+    with slot:
+        return await waited(svc, job, wait, f"wait={int(wait)}" if prefer else None)
+
+
+async def streamed(svc: Services, body: SpeechCreate, job: JobRecord, slot: Slot
+                   ) -> Response:
+    try:
+        answer = await stream_speech(svc, job, body.response_format, body.stream_format,
+                                     body.cancel_on_disconnect, slot)
+    except OmniJobsError:  # the job's own answer (failed, cancelled)
+        raise
+    except Exception:  # the bus is down: the job goes on; never invite a resubmit
+        log.warning("streaming job %s failed to start; answering 202", job.id,
+                    exc_info=True, extra={"job_id": job.id})
+        return accepted(svc, job, None)
+    return accepted(svc, answer, None) if isinstance(answer, JobRecord) else answer
+
+
+async def waited(svc: Services, job: JobRecord, wait: float, applied: str | None
+                 ) -> Response:
     try:
         job = await wait_for(svc, job, wait)
     except Exception:  # the job exists: never answer in a way that invites a resubmit

@@ -198,6 +198,17 @@ class JobRepository:
             j = s.scalar(q)
             return _record(j) if j else None
 
+    def states(self, job_ids: list[str]) -> dict[str, tuple[str, int, int]]:
+        """(status, attempts, progress) of each job that exists: all an API process's
+        watchers need to tell whether their job changed, in one query for all of them
+        (the live resync, api/live.py)."""
+        if not job_ids:
+            return {}
+        with self._sessions() as s:
+            rows = s.execute(select(Job.id, Job.status, Job.attempts, Job.progress)
+                             .where(Job.id.in_(job_ids)))
+            return {r.id: (r.status, r.attempts, r.progress) for r in rows}
+
     def list(self, tenant_id: str, *, after: str | None = None, limit: int = 20,
              order: str = "desc", status: JobStatus | None = None,
              kind: JobKind | None = None) -> tuple[list[JobRecord], bool]:

@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import threading
 import uuid
 
 import pytest
+from sqlalchemy import event
 
 from api.submitter import Submitter
 from core.errors import InvalidRequest, ServiceUnavailable, TooManyRequests
@@ -18,6 +20,8 @@ from storage.db import make_engine, make_sessionmaker
 from storage.records import JobWebhookRequest, NewJob
 from storage.repositories import JobRepository, KeyRepository, OutboxRepository
 from storage.repositories.quotas import INTERACTIVE, Quota, Quotas
+
+DEADLINE_S = 30.0  # a generous bound on anything this module waits for
 
 
 @pytest.fixture
@@ -62,24 +66,59 @@ def submit_all(submitter: Submitter, svc, news: list[NewJob]) -> list:
     return asyncio.run(run())
 
 
-def test_concurrent_submits_share_transactions_and_round_trips(api, tenant):
+def test_concurrent_submits_share_transactions_and_round_trips(api, api_db, tenant):
+    """Submits that arrive together share a transaction and a publish, and each caller is
+    answered only once its job is committed: while the group's COMMIT is held, no answer
+    leaves, and the job an answer names is visible from another connection the moment
+    the answer arrives."""
     broker = Recorder()
     svc = services(api, broker)
     groups: list[int] = []
     create_many = svc.jobs.create_many
     submitter = Submitter()
     news = [new_job(tenant, f"line {i}") for i in range(30)]
+    other = JobRepository(make_sessionmaker(make_engine(api_db)))  # another connection
+    visible: list[bool] = []
+    committing, go = threading.Event(), threading.Event()
 
     def counting(batch):
         groups.append(len(batch))
         return create_many(batch)
 
+    def hold_commit(_conn) -> None:  # every COMMIT of the app waits until the test says go
+        committing.set()
+        go.wait(DEADLINE_S)
+
+    async def answered(new):
+        job = await submitter.submit(svc, new)
+        visible.append(other.get(job.id) is not None)
+        return job
+
+    async def run():
+        tasks = [asyncio.ensure_future(answered(n)) for n in news]
+        deadline = asyncio.get_running_loop().time() + DEADLINE_S
+        while not committing.is_set() and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.01)
+        for _ in range(50):  # let whatever is ready run
+            await asyncio.sleep(0)
+        early = sum(t.done() for t in tasks)
+        go.set()
+        return early, await asyncio.gather(*tasks)
+
     svc = dataclasses.replace(svc, jobs=_Counting(svc.jobs, counting))
-    jobs = submit_all(submitter, svc, news)
+    engine = api.app.state.engine
+    event.listen(engine, "commit", hold_commit)
+    try:
+        early, jobs = asyncio.run(run())
+    finally:
+        go.set()
+        event.remove(engine, "commit", hold_commit)
     submitter.flush()
+    assert committing.is_set() and early == 0  # no answer before its group's COMMIT
+    assert visible == [True] * 30  # each answer names a committed job
     assert [j.metadata["text"] for j in jobs] == [f"line {i}" for i in range(30)]
     assert sum(groups) == 30 and len(groups) < 30  # later submits joined a group
-    assert len(broker.calls) == len(groups)
+    assert 1 <= len(broker.calls) <= len(groups)  # groups published together, after
     assert sorted(m.job_id for call in broker.calls for m in call) == sorted(j.id for j in jobs)
     outbox = OutboxRepository(make_sessionmaker(api.app.state.engine))
     for job in jobs:
@@ -88,6 +127,39 @@ def test_concurrent_submits_share_transactions_and_round_trips(api, tenant):
         assert msg.token == job.dispatch_token
     assert not [m for m in outbox.due(grace_s=0, limit=1000) if m.job_id in
                 {j.id for j in jobs}]  # all marked published (after the 202s, in the back)
+
+
+def test_a_publish_that_hangs_holds_no_caller(api, tenant):
+    """A broker that takes a publish and never answers (frozen) delays no 202: callers
+    are answered once their group is committed, and the publish (and the marking) happen
+    after, in the background; the messages meanwhile wait in the outbox."""
+    release = threading.Event()
+    broker = Recorder()
+
+    def hanging(msgs) -> None:
+        release.wait(DEADLINE_S)
+        broker(msgs)
+
+    svc = services(api, hanging)
+    submitter = Submitter()
+    answers: list = []
+    writer = threading.Thread(target=lambda: answers.append(submit_all(
+        submitter, svc, [new_job(tenant, f"h{i}") for i in range(5)])), daemon=True)
+    writer.start()
+    writer.join(DEADLINE_S)
+    try:
+        assert answers, "no caller was answered while the publish hung"
+        due = {m.job_id for m in OutboxRepository(make_sessionmaker(
+            api.app.state.engine)).due(grace_s=0, limit=1000)}
+        assert {j.id for j in answers[0]} <= due  # committed, not yet published
+    finally:
+        release.set()
+    submitter.flush()
+    assert sorted(m.job_id for call in broker.calls for m in call) == sorted(
+        j.id for j in answers[0])
+    due = {m.job_id for m in OutboxRepository(make_sessionmaker(
+        api.app.state.engine)).due(grace_s=0, limit=1000)}
+    assert not {j.id for j in answers[0]} & due  # published, then marked
 
 
 class _Counting:

@@ -2,18 +2,18 @@
 database (so stopping them harms nobody else), with an API, the maintenance process and
 a render worker serving the fast fake pipeline. Each test breaks something real, then
 counts what became of every job it submitted and prints one line:
-``submitted=N completed=N failed=N duplicated=N lost=N``."""
+``submitted=N completed=N failed=N duplicated=N lost=N`` (the stalls add ``max_answer_s``,
+the longest any request waited for its answer during the stall)."""
 
 from __future__ import annotations
 
 import json
 import signal
-import subprocess
+import threading
 import time
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from shutil import which
 
 import httpx
 import pytest
@@ -21,46 +21,16 @@ import pytest
 from ..conftest import migrated_database, stack_env
 from ..services import (
     Process,
+    RedisServer,
     Stack,
     free_port,
     spawn,
     start_seaweedfs,
-    unavailable,
     wait_until,
 )
 
 LIMIT_S = 240  # a hard bound on each chaos test
 COUNTS: list[str] = []
-
-
-@dataclass
-class RedisServer:
-    """A redis-server of our own that a test may stop (never the machine's)."""
-
-    workdir: Path
-    port: int = field(default_factory=free_port)
-    proc: subprocess.Popen | None = None
-
-    @property
-    def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
-
-    def start(self) -> RedisServer:
-        import redis
-
-        binary = which("redis-server") or unavailable("redis-server")
-        with (self.workdir / "redis.log").open("ab") as log:
-            self.proc = subprocess.Popen(
-                [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-                 "--appendonly", "no", "--dir", str(self.workdir)],
-                stdout=log, stderr=subprocess.STDOUT)
-        wait_until(lambda: redis.Redis.from_url(self.url).ping(), 30, "redis-server")
-        return self
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            self.proc.wait(10)
 
 
 @dataclass
@@ -70,9 +40,10 @@ class Chaos(Stack):
     seaweedfs: object = None
     db_url: str = ""
 
-    def start_worker(self, name: str, **env: str) -> Process:
-        proc = spawn(name, ["worker", "--pipeline", "test-fast", "--pipeline", "test-sleep"],
-                     {**self.env, **env}, self.home)
+    def start_worker(self, name: str, pipelines: tuple[str, ...] = ("test-fast", "test-sleep"),
+                     env: dict[str, str] | None = None, **extra: str) -> Process:
+        proc = spawn(name, ["worker", *(a for p in pipelines for a in ("--pipeline", p))],
+                     {**(env or self.env), **extra}, self.home)
         self.processes[name] = proc
         wait_until(lambda: " ready." in proc.log.read_text(), 90, name)
         return proc
@@ -83,6 +54,53 @@ class Chaos(Stack):
             records += [json.loads(line) for line in path.read_text().splitlines()
                         if line.startswith("{")]
         return records
+
+
+ASYNC = {"Prefer": "respond-async"}
+
+
+class Load:
+    """Submits ``n`` jobs, one every ``every_s``, on a thread; keeps each answer's status
+    and when it was sent and answered (``times``: monotonic start and end). The first
+    ``slow`` jobs take a second of work each, to leave a backlog in the queue."""
+
+    def __init__(self, client: httpx.Client, n: int, every_s: float, slow: int = 0):
+        self.client, self.n, self.every_s, self.slow = client, n, every_s, slow
+        self.statuses: list[int] = []
+        self.accepted: list[str] = []
+        self.times: list[tuple[float, float]] = []
+        self.retry_after: list[str | None] = []
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        for i in range(self.n):
+            body = ({"model": "test-sleep", "input": "1"} if i < self.slow
+                    else {"model": "test-fast", "input": f"Load {i}."})
+            sent = time.monotonic()
+            try:
+                resp = self.client.post("/v1/audio/speech", headers=ASYNC, json=body)
+            except httpx.HTTPError:
+                self.statuses.append(0)
+                continue
+            finally:
+                self.times.append((sent, time.monotonic()))
+            self.statuses.append(resp.status_code)
+            self.retry_after.append(resp.headers.get("retry-after"))
+            if resp.status_code == 202:
+                self.accepted.append(resp.json()["id"])
+            time.sleep(self.every_s if i >= self.slow else 0)
+
+    def longest_answer_s(self, start: float, end: float) -> float:
+        """The longest time a request sent between ``start`` and ``end`` waited."""
+        return max((done - sent for sent, done in self.times if start <= sent <= end),
+                   default=0.0)
+
+    def __enter__(self) -> Load:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.thread.join(120)
 
 
 @pytest.fixture(scope="package")
@@ -139,8 +157,8 @@ class Counts:
     duplicated: int = 0
     lost: int = 0
 
-    def line(self) -> str:
-        return " ".join(f"{k}={v}" for k, v in asdict(self).items())
+    def line(self, **extra: object) -> str:
+        return " ".join(f"{k}={v}" for k, v in {**asdict(self), **extra}.items())
 
 
 def settle(client: httpx.Client, ids: list[str], timeout: float) -> dict[str, dict]:
@@ -160,7 +178,8 @@ def settle(client: httpx.Client, ids: list[str], timeout: float) -> dict[str, di
     return jobs
 
 
-def tally(chaos: Chaos, ids: list[str], jobs: dict[str, dict], name: str) -> Counts:
+def tally(chaos: Chaos, ids: list[str], jobs: dict[str, dict], name: str,
+          **extra: object) -> Counts:
     """Count outcomes: a job completed more than once (two completion records in the
     workers' logs) or with more objects than outputs is duplicated; a job neither
     completed nor failed is lost. Every stored object must match its recorded sha256."""
@@ -190,7 +209,7 @@ def tally(chaos: Chaos, ids: list[str], jobs: dict[str, dict], name: str) -> Cou
             [key] = [k for k in keys if k.rsplit("/", 1)[1].startswith(f"{out['index']}.")]
             data = s3.get_object(Bucket=bucket, Key=key)["Body"].read()
             assert hashlib.sha256(data).hexdigest() == out["sha256"], (job_id, key)
-    line = counts.line()
+    line = counts.line(**extra)
     print(f"{name}: {line}")
     COUNTS.append(f"{name}: {line}")
     return counts

@@ -3,48 +3,12 @@ connections of the API and the workers. Nothing accepted is lost."""
 
 from __future__ import annotations
 
-import threading
 import time
 
-import httpx
 import psycopg
 
 from ..services import PG_ADMIN, wait_until
-from .conftest import Chaos, settle, tally
-
-ASYNC = {"Prefer": "respond-async"}
-
-
-class Load:
-    """Submits ``n`` jobs, one every ``every_s``, on a thread; keeps each answer's status.
-    The first ``slow`` jobs take a second of work each, to leave a backlog in the queue."""
-
-    def __init__(self, client: httpx.Client, n: int, every_s: float, slow: int = 0):
-        self.client, self.n, self.every_s, self.slow = client, n, every_s, slow
-        self.statuses: list[int] = []
-        self.accepted: list[str] = []
-        self.thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        for i in range(self.n):
-            body = ({"model": "test-sleep", "input": "1"} if i < self.slow
-                    else {"model": "test-fast", "input": f"Load {i}."})
-            try:
-                resp = self.client.post("/v1/audio/speech", headers=ASYNC, json=body)
-            except httpx.HTTPError:
-                self.statuses.append(0)
-                continue
-            self.statuses.append(resp.status_code)
-            if resp.status_code == 202:
-                self.accepted.append(resp.json()["id"])
-            time.sleep(self.every_s if i >= self.slow else 0)
-
-    def __enter__(self) -> Load:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.thread.join(120)
+from .conftest import Chaos, Load, settle, tally
 
 
 def test_redis_stopped_for_10s_during_submissions(chaos: Chaos):

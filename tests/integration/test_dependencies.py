@@ -13,16 +13,9 @@ import httpx
 import pytest
 from openai import APIStatusError, OpenAI
 
-from ..proxy import Proxy
+from ..proxy import Proxy, through
 from ..services import S3_LIMITED_KEY, S3_LIMITED_SECRET, free_port, spawn, wait_until
 from .helpers import wait_job
-
-
-def through(url: str, proxy: Proxy) -> str:
-    """``url`` with its host:port replaced by the proxy's."""
-    parts = urlsplit(url)
-    return parts._replace(netloc=parts.netloc.replace(
-        f"{parts.hostname}:{parts.port}", f"127.0.0.1:{proxy.port}")).geturl()
 
 
 def proxy_for(url: str) -> Proxy:
