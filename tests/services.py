@@ -14,6 +14,8 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -115,7 +117,9 @@ _FREE_REDIS_DBS = random.sample(range(1, 16), 15)
 
 def redis_url() -> str:
     """A Redis database of its own (never one another stack of this run uses): two stacks
-    on one database would consume each other's render and webhook messages."""
+    on one database would consume each other's render and webhook messages. A test that
+    needs one only for itself takes it with `redis_db()`, which hands it back: the run has
+    15 of them and more tests than that."""
     import redis
 
     if not _FREE_REDIS_DBS:
@@ -128,6 +132,22 @@ def redis_url() -> str:
     except redis.RedisError:
         unavailable("Redis")
     return url
+
+
+@contextmanager
+def redis_db() -> Iterator[str]:
+    """`redis_url()` for one test: the database is emptied and returned when it ends."""
+    import redis
+
+    url = redis_url()
+    try:
+        yield url
+    finally:
+        try:
+            redis.Redis.from_url(url, socket_connect_timeout=2).flushdb()
+        except redis.RedisError:
+            pass
+        _FREE_REDIS_DBS.append(int(url.rsplit("/", 1)[1]))
 
 
 @dataclass

@@ -17,7 +17,7 @@ from tasks.app import make_celery
 from tasks.dispatch import BULK_PRIORITY, RENDER_TASK, publish
 from tasks.lanes import publish_bulk
 
-from ..services import redis_url
+from ..services import redis_db
 
 
 @pytest.fixture
@@ -107,28 +107,28 @@ def test_the_embedded_broker_never_shows_a_half_written_message(folder_app, tmp_
 
 
 def test_bulk_messages_are_celerys_own_in_the_lowest_priority_list(tmp_path):
-    url = redis_url()
-    app = make_celery(Settings(home=tmp_path, broker_url=url), with_tasks=False)
-    publish_bulk(app, [(f"job_{i:032x}", "pipeline.x", f"token-{i}") for i in range(2500)])
-    client = redis.Redis.from_url(url)
-    assert client.llen("pipeline.x") == 0
-    assert client.llen(f"pipeline.x\x06\x16{BULK_PRIORITY}") == 2500
-    ours = json.loads(client.lindex(f"pipeline.x\x06\x16{BULK_PRIORITY}", -1))
-    publish(app, OutboxRecord(0, "render", "job_ref", "pipeline.y", {"job_id": "job_ref"},
-                              available_at=_past()))
-    theirs = json.loads(client.lindex("pipeline.y", 0))
-    assert ours["headers"]["task"] == theirs["headers"]["task"] == RENDER_TASK
-    assert set(ours["headers"]) == set(theirs["headers"])
-    assert ours["headers"]["id"] == ours["properties"]["correlation_id"] != theirs["headers"][
-        "id"]
-    assert ours["properties"]["priority"] == BULK_PRIORITY
-    assert (ours["content-type"], ours["properties"]["delivery_info"]["routing_key"]) == (
-        theirs["content-type"], "pipeline.x")
-    ids = {json.loads(m)["headers"]["id"] for m in client.lrange(
-        f"pipeline.x\x06\x16{BULK_PRIORITY}", 0, -1)}
-    assert len(ids) == 2500  # a task id of its own each
-    body = json.loads(base64.b64decode(ours["body"]))
-    assert body[0] == ["job_" + "0" * 32, "token-0"]  # the job and its dispatch token
+    with redis_db() as url:
+        app = make_celery(Settings(home=tmp_path, broker_url=url), with_tasks=False)
+        publish_bulk(app, [(f"job_{i:032x}", "pipeline.x", f"token-{i}") for i in range(2500)])
+        client = redis.Redis.from_url(url)
+        assert client.llen("pipeline.x") == 0
+        assert client.llen(f"pipeline.x\x06\x16{BULK_PRIORITY}") == 2500
+        ours = json.loads(client.lindex(f"pipeline.x\x06\x16{BULK_PRIORITY}", -1))
+        publish(app, OutboxRecord(0, "render", "job_ref", "pipeline.y", {"job_id": "job_ref"},
+                                  available_at=_past()))
+        theirs = json.loads(client.lindex("pipeline.y", 0))
+        assert ours["headers"]["task"] == theirs["headers"]["task"] == RENDER_TASK
+        assert set(ours["headers"]) == set(theirs["headers"])
+        assert ours["headers"]["id"] == ours["properties"]["correlation_id"] != theirs["headers"][
+            "id"]
+        assert ours["properties"]["priority"] == BULK_PRIORITY
+        assert (ours["content-type"], ours["properties"]["delivery_info"]["routing_key"]) == (
+            theirs["content-type"], "pipeline.x")
+        ids = {json.loads(m)["headers"]["id"] for m in client.lrange(
+            f"pipeline.x\x06\x16{BULK_PRIORITY}", 0, -1)}
+        assert len(ids) == 2500  # a task id of its own each
+        body = json.loads(base64.b64decode(ours["body"]))
+        assert body[0] == ["job_" + "0" * 32, "token-0"]  # the job and its dispatch token
 
 
 def _past():

@@ -16,7 +16,7 @@ from sqlalchemy import text
 from storage.db import make_engine
 
 from ..conftest import migrated_database, stack_env
-from ..services import ROOT, Process, Stack, free_port, redis_url, spawn, wait_until
+from ..services import ROOT, Process, Stack, free_port, redis_db, redis_url, spawn, wait_until
 
 
 def light_env(db_url: str, broker: str, home: Path, **extra: str) -> dict[str, str]:
@@ -38,8 +38,9 @@ def fleet_db() -> Iterator[str]:
 
 
 @pytest.fixture
-def fleet_redis() -> str:
-    return redis_url()
+def fleet_redis() -> Iterator[str]:
+    with redis_db() as url:
+        yield url
 
 
 def scrape(url: str) -> dict[tuple[str, tuple], float]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import json
 import time
+from collections.abc import Iterator
 
 import pytest
 import redis
@@ -17,7 +18,7 @@ from tasks.recovery import prune_outbox, relay_outbox, sweep_stale_queued
 from tasks.render import run_job
 from tasks.runtime import WorkerRuntime
 
-from ..services import redis_url
+from ..services import redis_db
 from .test_render import PIPELINES, outcome, submit, tenant  # noqa: F401  (fixtures)
 
 # A pipeline no worker of the session's shared stack serves, so none of them can take
@@ -28,8 +29,9 @@ STALE_S = 0.3
 
 
 @pytest.fixture
-def broker() -> str:
-    return redis_url()
+def broker() -> Iterator[str]:
+    with redis_db() as url:
+        yield url
 
 
 @pytest.fixture
