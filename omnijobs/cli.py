@@ -419,12 +419,12 @@ def _run_worker(pipeline: list[str] | None, metrics_port: int | None, loglevel: 
     settings = _settings()
     runtime = get_runtime(settings)  # registers the pipeline modules
     names = served_pipelines(pipeline, settings.pipelines)
-    startup.log_start(settings, "worker", names)
     if metrics_port is not None:
         from prometheus_client import start_http_server
 
         start_http_server(metrics_port)
-    runtime.warm(names)
+    runtime.warm(names)  # a refusal here stays one line: the start-up line comes after
+    startup.log_start(settings, "worker", names)
     queues = [get_spec(n).queue for n in names]
     argv = [*_quiet(settings), "worker", "--pool=solo", "-Q", ",".join(queues),
             f"--loglevel={loglevel}",
