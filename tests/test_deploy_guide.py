@@ -94,6 +94,12 @@ def test_the_settings_table_is_generated_from_settings():
         expected[v] for v in missing)
 
 
+def test_every_file_says_where_it_goes():
+    """The marker is invisible in the rendered page: the file's own comment names it."""
+    for path, text in files().items():
+        assert any(line.split(":")[0] == f"# {path}" for line in text.splitlines()[:2]), path
+
+
 def test_the_seaweedfs_command_refuses_anonymous_reads_and_opens_no_extra_ports():
     [command] = units()["seaweedfs.service"]["ExecStart"]
     args = command.split()
