@@ -275,7 +275,10 @@ def _alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     state = Path(f"/proc/{pid}/stat")
-    return not state.exists() or state.read_text().split()[2] != "Z"
+    try:
+        return state.read_text().rsplit(")", 1)[1].split()[0] != "Z"  # a zombie has ended
+    except OSError:
+        return False
 
 
 @pytest.fixture
