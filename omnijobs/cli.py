@@ -19,7 +19,7 @@ import typer
 from core.settings import PLACEHOLDER_SECRETS, Settings
 from omnijobs.batch_cli import batch_cli
 
-from . import console
+from . import console, startup
 
 cli = typer.Typer(help="omnijobs: durable speech and video jobs.", no_args_is_help=True)
 keys_cli = typer.Typer(help="Manage API keys.", no_args_is_help=True)
@@ -82,9 +82,10 @@ def _admin_db() -> str:
     first, so a wrong folder or a missing ``migrate`` creates nothing."""
     from storage.migrate import require_schema
 
-    url = _settings(create_home=False).db_url
-    require_schema(url)
-    return url
+    settings = _settings(create_home=False)
+    require_schema(settings.db_url)
+    typer.echo(startup.database_line(settings), err=True)  # stdout stays for scripts
+    return settings.db_url
 
 
 def _keys():
@@ -293,6 +294,7 @@ def api(host: str = "127.0.0.1", port: int = 8000, log_level: LogLevel = "info",
     _refuse_exposed_placeholder(settings, host)
     console.require_free_port(host, port)
     _logging(log_level)
+    startup.log_start(settings, "api")
     if workers == 1:
         if metrics_port is not None:
             from prometheus_client import start_http_server
@@ -421,7 +423,8 @@ def _run_worker(pipeline: list[str] | None, metrics_port: int | None, loglevel: 
         from prometheus_client import start_http_server
 
         start_http_server(metrics_port)
-    runtime.warm(names)
+    runtime.warm(names)  # a refusal here stays one line: the start-up line comes after
+    startup.log_start(settings, "worker", names)
     queues = [get_spec(n).queue for n in names]
     argv = [*_quiet(settings), "worker", "--pool=solo", "-Q", ",".join(queues),
             f"--loglevel={loglevel}",
@@ -451,6 +454,7 @@ def maintenance(log_level: LogLevel = "INFO", metrics_port: Annotated[int | None
 
     _logging(log_level)
     settings = _settings()
+    startup.log_start(settings, "maintenance")
     runtime = get_runtime(settings)
     runtime.check_line = line_checker(settings)  # batch lines: the API's own contract
     run(runtime, make_celery(settings), log_level.upper(), quiet=bool(_quiet(settings)),
@@ -517,6 +521,7 @@ def dev(host: str = "127.0.0.1", port: int = 8000,
     console.require_free_port(host, port)  # before anything that looks like success
     os.environ.setdefault("OMNIJOBS_PUBLIC_BASE_URL", f"http://{host}:{port}")
     settings = _settings()
+    startup.log_start(settings, "dev")
     upgrade(settings.db_url)
     key = _dev_key(settings)
     # In process groups of their own: Ctrl-C reaches `omnijobs dev` alone, which passes
