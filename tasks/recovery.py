@@ -7,6 +7,7 @@ Run by the maintenance process (tasks/maintenance.py), never by a render worker.
 from __future__ import annotations
 
 import logging
+import time
 
 from celery import Celery
 
@@ -15,22 +16,45 @@ from pipelines import queue_for
 from storage.records import JobRecord
 
 from .broker import waiting_dispatches
-from .dispatch import publish, publish_and_mark
+from .dispatch import publish_and_mark
+from .publish import publish_many
 from .runtime import WorkerRuntime
 
 log = logging.getLogger(__name__)
 
 
-def relay_outbox(rt: WorkerRuntime, app: Celery) -> int:
-    published = []
-    for msg in rt.outbox.due(grace_s=rt.settings.outbox_grace_s):
-        try:
-            publish(app, msg)
-        except ServiceUnavailable:
-            break
-        published.append(msg.id)
-    rt.outbox.mark_published(published)
-    return len(published)
+RELAY_PAGE = 2000  # messages per read, per broker round trip and per update
+RELAY_BUDGET_S = 3.0  # per run, below the relay's 5 s period: the other steps wait on it
+
+
+def relay_outbox(rt: WorkerRuntime, app: Celery, budget_s: float = RELAY_BUDGET_S,
+                 page: int = RELAY_PAGE) -> int:
+    """Publish what the outbox holds due, page after page until nothing is due or the
+    time budget is spent: after a broker outage a 50,000-job batch is re-sent in seconds,
+    not at one page per period. Interactive messages go first (one read of those each
+    run, then every due message by age), so a batch's backlog never holds them up. A
+    page goes out in one broker round trip (``publish_many``); a broker failure ends the
+    run and leaves the rest for the next one."""
+    deadline = time.monotonic() + budget_s
+    relayed, interactive_only = 0, True
+    while True:
+        msgs = rt.outbox.due(grace_s=rt.settings.outbox_grace_s, limit=page,
+                             interactive_only=interactive_only)
+        if msgs:
+            try:
+                publish_many(app, msgs)
+            except ServiceUnavailable:
+                log.warning("outbox relay: broker unavailable; %d left for the next run",
+                            len(msgs))
+                return relayed
+            rt.outbox.mark_published([m.id for m in msgs])
+            relayed += len(msgs)
+        if len(msgs) < page:
+            if not interactive_only:
+                return relayed
+            interactive_only = False
+        if time.monotonic() >= deadline:
+            return relayed
 
 
 def reclaim(rt: WorkerRuntime, app: Celery, job: JobRecord) -> bool:

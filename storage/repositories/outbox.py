@@ -5,7 +5,7 @@ from __future__ import annotations
 import uuid
 from datetime import UTC, datetime, timedelta
 
-from sqlalchemy import delete, select, update
+from sqlalchemy import delete, or_, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from core.batches import BULK_LANE
@@ -57,19 +57,26 @@ class OutboxRepository:
     def __init__(self, sessions: sessionmaker[Session]) -> None:
         self._sessions = sessions
 
-    def due(self, *, grace_s: float, limit: int = 100) -> list[OutboxRecord]:
-        """Unpublished messages that are due and older than ``grace_s``.
+    def due(self, *, grace_s: float, limit: int = 100,
+            interactive_only: bool = False) -> list[OutboxRecord]:
+        """Unpublished messages that are due and older than ``grace_s``, oldest first;
+        with ``interactive_only``, those outside the bulk lane (a batch job's message
+        carries its lane), which the relay sends before a batch's backlog.
 
         The grace period leaves the submitting process time to publish its own
         message first; a message published twice is harmless (claims are CAS).
         """
         now = datetime.now(UTC)
+        query = select(OutboxMessage).where(
+            OutboxMessage.published_at.is_(None),
+            OutboxMessage.available_at <= now,
+            OutboxMessage.created_at <= now - timedelta(seconds=grace_s),
+        )
+        if interactive_only:
+            lane = OutboxMessage.payload["lane"].as_string()
+            query = query.where(or_(lane.is_(None), lane != BULK_LANE))
         with self._sessions() as s:
-            rows = s.scalars(select(OutboxMessage).where(
-                OutboxMessage.published_at.is_(None),
-                OutboxMessage.available_at <= now,
-                OutboxMessage.created_at <= now - timedelta(seconds=grace_s),
-            ).order_by(OutboxMessage.id).limit(limit)).all()
+            rows = s.scalars(query.order_by(OutboxMessage.id).limit(limit)).all()
             return [_record(m) for m in rows]
 
     def mark_published(self, ids: list[int]) -> None:

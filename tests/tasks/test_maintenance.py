@@ -11,9 +11,11 @@ from collections.abc import Iterator
 import pytest
 import redis
 
+from core.batches import BULK_LANE
 from core.settings import Settings
 from tasks.app import make_celery
 from tasks.broker import waiting_dispatches
+from tasks.dispatch import BULK_PRIORITY
 from tasks.recovery import prune_outbox, relay_outbox, sweep_stale_queued
 from tasks.render import run_job
 from tasks.runtime import WorkerRuntime
@@ -65,6 +67,41 @@ def test_relay_puts_the_render_message_in_the_broker(rt, app, tenant, broker):  
     assert waiting(broker) == [("omnijobs.render", [job.id, job.dispatch_token])]
     assert relay_outbox(rt, app) == 0  # published once: marked in the outbox
     assert len(waiting(broker)) == 1
+
+
+def _stage(rt, owner: str, count: int, lane: str | None) -> None:
+    """A job and ``count`` more due render messages of it in the outbox, as a broker
+    outage leaves them (a batch's, when ``lane`` is the bulk lane), in one transaction."""
+    from storage.db import make_engine, make_sessionmaker
+    from storage.repositories.outbox import add_message
+
+    job = submit(rt, owner, PIPELINE)  # its own message is an interactive one
+    with make_sessionmaker(make_engine(rt.settings.db_url)).begin() as s:
+        for i in range(count):
+            add_message(s, topic="render", job_id=job.id, queue=QUEUE,
+                        payload={"job_id": job.id, "token": f"t{i}",
+                                 **({"lane": lane} if lane else {})})
+
+
+def test_the_relay_drains_a_backlog_in_one_run_not_a_page_per_period(rt, app, broker,
+                                                                      tenant):  # noqa: F811
+    """A broker outage left 5,000 messages behind: one run publishes them all (it used to
+    publish 100 per run, one run every 5 s)."""
+    _stage(rt, tenant, 5000, BULK_LANE)
+    assert relay_outbox(rt, app) == 5001  # the job's own message and the backlog
+    assert redis.Redis.from_url(broker).llen(f"{QUEUE}\x06\x16{BULK_PRIORITY}") == 5000
+    assert rt.outbox.due(grace_s=0, limit=10) == []
+
+
+def test_the_relay_sends_interactive_messages_before_a_batch_backlog(rt, app, broker,
+                                                                      tenant):  # noqa: F811
+    """Bulk messages older than the interactive ones: with room for one page only, the
+    interactive ones are among it."""
+    _stage(rt, tenant, 300, BULK_LANE)
+    _stage(rt, tenant, 5, None)  # newer, interactive
+    assert relay_outbox(rt, app, budget_s=0, page=100) == 7  # both jobs' own, 5 staged
+    assert [task for task, _ in waiting(broker)] == ["omnijobs.render"] * 7
+    assert len(rt.outbox.due(grace_s=0, limit=1000)) == 300  # the backlog, next run
 
 
 def test_sweep_leaves_a_job_in_a_long_queue_alone(rt, app, tenant, broker):  # noqa: F811
