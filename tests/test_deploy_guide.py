@@ -190,12 +190,12 @@ class Host:
 
     def run(self, script: str) -> None:
         out = subprocess.run(["bash", "-e", "-o", "pipefail", "-c", script], cwd=self.work,
-                             env=self.env(), capture_output=True, text=True, timeout=300)
+                             env=self.env(), capture_output=True, text=True, timeout=900)
         assert out.returncode == 0, f"{script}\n---\n{out.stdout}{out.stderr}\n{self.logs()}"
 
     def admin(self, *args: str) -> subprocess.CompletedProcess:
         return subprocess.run(["omnijobs-admin", *args], env=self.env(), cwd=self.work,
-                              capture_output=True, text=True, timeout=60)
+                              capture_output=True, text=True, timeout=300)
 
     def logs(self) -> str:
         return "\n".join(f"== {log.name}\n" + "\n".join(
@@ -214,7 +214,7 @@ class Host:
                 os.kill(pid, signal.SIGTERM)
             except ProcessLookupError:
                 pass
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 120
         killed = []
         for name, pid in pids.items():
             while _alive(pid) and time.monotonic() < deadline:

@@ -16,6 +16,7 @@ from .services import ROOT, create_database, drop_database, free_port, redis_db,
 from .test_cli import omnijobs, one_line_error
 
 PASSWORD = "pw-never-shown-0123"
+SLOW = 300  # a bound against a hang, never a measure: a loaded machine starts slowly
 S3 = {"OMNIJOBS_S3_ENDPOINT_URL": "http://s3.internal:8333",
       "OMNIJOBS_S3_ACCESS_KEY_ID": "omnijobs",
       "OMNIJOBS_S3_SECRET_ACCESS_KEY": "a-real-s3-secret-access-key"}
@@ -34,6 +35,10 @@ def pg_with_password() -> Iterator[tuple[str, str]]:
     drop_database(url)
 
 
+def slow(cwd, *args: str, **env: str) -> subprocess.CompletedProcess:
+    return omnijobs(cwd, *args, timeout=SLOW, **env)
+
+
 def production(pg: str, broker: str, home, **extra: str) -> dict[str, str]:
     return {"OMNIJOBS_MODE": "production", "OMNIJOBS_DATABASE_URL": pg,
             "OMNIJOBS_BROKER_URL": broker, "OMNIJOBS_OBJECT_STORE": "local",
@@ -49,10 +54,10 @@ def test_api_with_s3_variables_but_no_store_is_refused_in_one_line(tmp_path):
     disk without a word."""
     env = production("postgresql://h/d", "redis://h", tmp_path, **S3)
     del env["OMNIJOBS_OBJECT_STORE"]
-    line = one_line_error(omnijobs(tmp_path, "api", "--port", str(free_port()), **env))
+    line = one_line_error(slow(tmp_path, "api", "--port", str(free_port()), **env))
     assert "OMNIJOBS_OBJECT_STORE is unset: production needs `s3`" in line
     assert "did you mean `s3`?" in line
-    line = one_line_error(omnijobs(tmp_path, "worker", **env, OMNIJOBS_OBJECT_STORE="local"))
+    line = one_line_error(slow(tmp_path, "worker", **env, OMNIJOBS_OBJECT_STORE="local"))
     assert "OMNIJOBS_OBJECT_STORE is `local`, so OMNIJOBS_S3_ENDPOINT_URL" in line
     assert "would be ignored" in line
     assert list(tmp_path.iterdir()) == []
@@ -77,7 +82,7 @@ def started(args: list[str], env: dict[str, str], cwd, what: str) -> str:
                                 cwd=cwd, env=clean, stdout=out, stderr=subprocess.STDOUT)
     try:
         wait_until(lambda: f"{what} starting:" in log.read_text() or proc.poll() is not None,
-                   60, f"omnijobs {args[0]}'s start-up line")
+                   SLOW, f"omnijobs {args[0]}'s start-up line")
         assert f"{what} starting:" in log.read_text(), log.read_text()
         return log.read_text()
     finally:
@@ -147,22 +152,22 @@ def test_every_admin_command_names_its_database(tmp_path, pg_with_password):
     pg, name = pg_with_password
     host_port = pg.split("@", 1)[1].rsplit("/", 1)[0]
     env = {"OMNIJOBS_DATABASE_URL": pg}
-    made = omnijobs(tmp_path, "keys", "create", "--tenant", "acme", **env)
+    made = slow(tmp_path, "keys", "create", "--tenant", "acme", **env)
     assert made.returncode == 0, made.stderr
     assert made.stdout.strip().splitlines()[-1].startswith("oj-")  # alone on the last line
     prefix = made.stdout.strip().splitlines()[-1][:10]
     commands = [["keys", "list", "--tenant", "acme"], ["keys", "revoke", prefix],
                 ["webhooks", "secret", "--tenant", "acme"], ["workers", "--all"]]
     for args in [["keys", "create", "--tenant", "acme"], *commands]:
-        result = made if args[:2] == ["keys", "create"] else omnijobs(tmp_path, *args, **env)
+        result = made if args[:2] == ["keys", "create"] else slow(tmp_path, *args, **env)
         assert result.returncode == 0, (args, result.stderr)
         assert f"database: postgresql {host_port}/{name}\n" in result.stderr, args
         assert PASSWORD not in result.stderr + result.stdout, args
 
 
 def test_an_admin_command_on_the_embedded_database_says_so(tmp_path):
-    assert omnijobs(tmp_path, "migrate").returncode == 0
-    made = omnijobs(tmp_path, "keys", "create", "--tenant", "acme")
+    assert slow(tmp_path, "migrate").returncode == 0
+    made = slow(tmp_path, "keys", "create", "--tenant", "acme")
     db = (tmp_path / ".omnijobs" / "omnijobs.db").resolve()
     assert made.stderr == (f"database: sqlite {db} (the embedded mode's; set "
                            "OMNIJOBS_DATABASE_URL for a production one)\n")
