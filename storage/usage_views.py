@@ -1,0 +1,60 @@
+"""The public usage objects: a job's or a batch's ``usage``, and ``GET /v1/usage``'s
+page of time buckets (the shape of OpenAI's organization usage endpoints)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from .records import UsageRecord
+
+
+class UsagePublic(BaseModel):
+    """What a finished job cost (for a batch: the sum over its finished jobs)."""
+
+    render_seconds: float = Field(description="The workers' wall time in the pipeline, "
+                                  "every attempt's (generation, encoding, upload)")
+    failed_render_seconds: float = Field(description="The part of render_seconds spent in "
+                                         "attempts that produced nothing (retried, failed, "
+                                         "timed out, cancelled): not billed as output")
+    attempts: int
+    device: str | None = Field(default=None, description="Where the last attempt ran: "
+                               "`cpu`, or `cuda:N (GPU model)`; null for sums")
+    characters: int = Field(description="Characters of input text (speech input or prompt)")
+    audio_seconds: float
+    video_seconds: float
+    frames: int
+    bytes: int
+
+
+def usage_view(u: UsageRecord | None) -> UsagePublic | None:
+    if u is None:
+        return None
+    return UsagePublic(render_seconds=round(u.render_s, 6),
+                       failed_render_seconds=round(u.failed_render_s, 6), attempts=u.attempts,
+                       device=u.device, characters=u.characters,
+                       audio_seconds=round(u.audio_s, 6), video_seconds=round(u.video_s, 6),
+                       frames=u.frames, bytes=u.bytes)
+
+
+class UsageResult(UsagePublic):
+    object: Literal["organization.usage.render.result"] = "organization.usage.render.result"
+    num_jobs: int
+    model: str | None = None
+    pipeline: str | None = None
+    batch_id: str | None = None
+
+
+class UsageBucket(BaseModel):
+    object: Literal["bucket"] = "bucket"
+    start_time: int
+    end_time: int
+    results: list[UsageResult]
+
+
+class UsagePage(BaseModel):
+    object: Literal["page"] = "page"
+    data: list[UsageBucket]
+    has_more: bool
+    next_page: str | None
