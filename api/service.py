@@ -15,7 +15,7 @@ from core.errors import Conflict, InvalidRequest, NotFound, TooManyRequests, cli
 from core.jobs import JobKind, is_job_id
 from core.text import refused_character
 from pipelines import PipelineSpec
-from storage.records import JobRecord, JobWebhookRequest, NewJob
+from storage.records import Deadlines, JobRecord, JobWebhookRequest, NewJob
 from storage.views import JobPublic, job_view
 
 from .deps import Services
@@ -28,7 +28,8 @@ _WAIT = re.compile(r"(?:^|[,;\s])wait\s*=\s*(\d+(?:\.\d+)?)", re.I)
 
 def submit(svc: Services, *, tenant: str, spec: PipelineSpec, model: str, request: dict,
            metadata: dict | None, idempotency_key: str | None,
-           webhook: JobWebhookRequest | None = None) -> JobRecord:
+           webhook: JobWebhookRequest | None = None,
+           deadline: Deadlines | None = None) -> JobRecord:
     """Admit, insert the job with its outbox message, then publish: in the background
     where the app has a submitter, so a frozen broker holds no answer."""
     if idempotency_key is not None and (not 1 <= len(idempotency_key) <= 255
@@ -39,7 +40,7 @@ def submit(svc: Services, *, tenant: str, spec: PipelineSpec, model: str, reques
     new = NewJob(tenant_id=tenant, kind=spec.kind, model=model, pipeline=spec.name,
                  queue=spec.queue, request=request, metadata=metadata,
                  max_attempts=svc.settings.max_attempts, idempotency_key=idempotency_key,
-                 webhook=webhook)
+                 webhook=webhook, **deadline_fields(deadline))
     job, msg = svc.jobs.create(new)  # a database outage is a 503 (api/errors.py)
     if msg is None and (job.kind, job.pipeline, job.model, job.request, job.metadata) != (
             spec.kind, spec.name, model, request, metadata):
@@ -58,6 +59,13 @@ def submit(svc: Services, *, tenant: str, spec: PipelineSpec, model: str, reques
             log.warning("publish failed for %s; left to the outbox relay", job.id,
                         extra={"job_id": job.id})
     return job
+
+
+def deadline_fields(deadline: Deadlines | None) -> dict:
+    """NewJob's deadline fields."""
+    if deadline is None:
+        return {}
+    return {"start_by": deadline.start_by, "max_run_s": deadline.max_run_s}
 
 
 def throttle(svc: Services, tenant: str) -> None:

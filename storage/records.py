@@ -76,6 +76,14 @@ class UsageRecord:
 
 
 @dataclass(frozen=True)
+class Deadlines:
+    """A job's start deadline and maximum run time per attempt (either may be None)."""
+
+    start_by: datetime | None = None
+    max_run_s: float | None = None
+
+
+@dataclass(frozen=True)
 class NewJob:
     tenant_id: str
     kind: JobKind

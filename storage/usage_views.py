@@ -58,3 +58,20 @@ class UsagePage(BaseModel):
     data: list[UsageBucket]
     has_more: bool
     next_page: str | None
+
+
+def usage_page(rows: list, start: int, end: int, width_s: int, limit: int) -> UsagePage:
+    """Every bucket of ``[start, end)`` up to ``limit`` of them (empty ones too, as
+    OpenAI lists them), each with its groups' results; ``next_page`` is the next
+    bucket's start while buckets remain. ``rows``: UsageBucketRow of those buckets."""
+    by_start: dict[int, list[UsageResult]] = {}
+    for r in rows:
+        u = usage_view(r.usage)
+        by_start.setdefault(r.start, []).append(UsageResult(
+            **u.model_dump(exclude={"device"}), num_jobs=r.usage.jobs, **r.group))
+    stop = min(end, start + limit * width_s)
+    data = [UsageBucket(start_time=t, end_time=min(t + width_s, end),
+                        results=by_start.get(t, []))
+            for t in range(start, stop, width_s)]
+    more = stop < end
+    return UsagePage(data=data, has_more=more, next_page=str(stop) if more else None)
