@@ -73,6 +73,7 @@ class UsageRecord:
     frames: int = 0
     bytes: int = 0
     jobs: int = 1
+    completed: int = 1  # of ``jobs``, those that ended ``completed``
 
 
 @dataclass(frozen=True)

@@ -40,7 +40,8 @@ def usage_view(u: UsageRecord | None) -> UsagePublic | None:
 
 class UsageResult(UsagePublic):
     object: Literal["organization.usage.render.result"] = "organization.usage.render.result"
-    num_jobs: int
+    num_jobs: int = Field(description="Jobs that ended in the bucket")
+    num_completed_jobs: int
     model: str | None = None
     pipeline: str | None = None
     batch_id: str | None = None
@@ -68,7 +69,8 @@ def usage_page(rows: list, start: int, end: int, width_s: int, limit: int) -> Us
     for r in rows:
         u = usage_view(r.usage)
         by_start.setdefault(r.start, []).append(UsageResult(
-            **u.model_dump(exclude={"device"}), num_jobs=r.usage.jobs, **r.group))
+            **u.model_dump(exclude={"device"}), num_jobs=r.usage.jobs,
+            num_completed_jobs=r.usage.completed, **r.group))
     stop = min(end, start + limit * width_s)
     data = [UsageBucket(start_time=t, end_time=min(t + width_s, end),
                         results=by_start.get(t, []))

@@ -66,7 +66,8 @@ def record(u: JobUsage | None) -> UsageRecord | None:
 
 
 def _sums():
-    return (func.count(), func.coalesce(func.sum(JobUsage.render_s), 0.0),
+    return (func.count(), func.count().filter(JobUsage.status == COMPLETED),
+            func.coalesce(func.sum(JobUsage.render_s), 0.0),
             func.coalesce(func.sum(JobUsage.failed_render_s), 0.0),
             func.coalesce(func.sum(JobUsage.attempts), 0),
             func.coalesce(func.sum(JobUsage.characters), 0),
@@ -77,11 +78,11 @@ def _sums():
 
 
 def _summed(row) -> UsageRecord:
-    jobs, render, failed, attempts, chars, audio, video, frames, size = row
+    jobs, completed, render, failed, attempts, chars, audio, video, frames, size = row
     return UsageRecord(render_s=float(render), failed_render_s=float(failed),
                        attempts=int(attempts), characters=int(chars), audio_s=float(audio),
                        video_s=float(video), frames=int(frames), bytes=int(size),
-                       jobs=int(jobs))
+                       jobs=int(jobs), completed=int(completed))
 
 
 @dataclass(frozen=True)
