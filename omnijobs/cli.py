@@ -18,6 +18,7 @@ import typer
 
 from core.settings import PLACEHOLDER_SECRETS, Settings
 from omnijobs.batch_cli import batch_cli
+from omnijobs.usage_cli import usage_command
 
 from . import console
 
@@ -85,6 +86,9 @@ def _admin_db() -> str:
     url = _settings(create_home=False).db_url
     require_schema(url)
     return url
+
+
+cli.command("usage")(usage_command(_admin_db))
 
 
 def _keys():
