@@ -31,11 +31,10 @@ class UsagePublic(BaseModel):
 def usage_view(u: UsageRecord | None) -> UsagePublic | None:
     if u is None:
         return None
-    return UsagePublic(render_seconds=round(u.render_s, 6),
-                       failed_render_seconds=round(u.failed_render_s, 6), attempts=u.attempts,
-                       device=u.device, characters=u.characters,
-                       audio_seconds=round(u.audio_s, 6), video_seconds=round(u.video_s, 6),
-                       frames=u.frames, bytes=u.bytes)
+    return UsagePublic(render_seconds=u.render_s, failed_render_seconds=u.failed_render_s,
+                       attempts=u.attempts, device=u.device, characters=u.characters,
+                       audio_seconds=u.audio_s, video_seconds=u.video_s, frames=u.frames,
+                       bytes=u.bytes)
 
 
 class UsageResult(UsagePublic):

@@ -38,7 +38,7 @@ async def get_usage(
         start_time: int = Query(ge=0, le=2**32, description="Start (inclusive), seconds "
                                 "since 1970: the first bucket starts here"),
         end_time: int | None = Query(default=None, ge=0, le=2**32, description=(
-            "End (exclusive), seconds since 1970; default now")),
+            "End (exclusive), seconds since 1970; default now (this second included)")),
         bucket_width: Literal["1h", "1d"] = "1d",
         group_by: list[str] | None = Query(default=None, description=(
             "Group each bucket's results by `model`, `pipeline` and/or `batch_id`")),
@@ -49,7 +49,7 @@ async def get_usage(
         page: str | None = Query(default=None, max_length=16, description=(
             "The `next_page` of the previous page")),
         svc: Services = Depends(services), tenant: str = Depends(tenant_id)) -> UsagePage:
-    end = end_time if end_time is not None else int(time.time())
+    end = end_time if end_time is not None else int(time.time()) + 1  # this second too
     if end <= start_time:
         raise InvalidRequest("end_time must be after start_time", param="end_time")
     default, most = LIMITS[bucket_width]
