@@ -12,11 +12,11 @@ from typing import Any, Literal
 from fastapi import Query
 
 from core.errors import Conflict, InvalidRequest, NotFound, TooManyRequests, clip
-from core.jobs import JobKind, is_job_id
+from core.jobs import JobKind, JobStatus, is_job_id
 from core.text import refused_character
 from pipelines import PipelineSpec
 from storage.records import Deadlines, JobRecord, JobWebhookRequest, NewJob
-from storage.views import JobPublic, job_view
+from storage.views import DEADLINE_EXCEEDED, JobPublic, job_view
 
 from .deps import Services
 from .metrics import JOBS_SUBMITTED, PUBLISH_DEFERRED
@@ -66,6 +66,16 @@ def deadline_fields(deadline: Deadlines | None) -> dict:
     if deadline is None:
         return {}
     return {"start_by": deadline.start_by, "max_run_s": deadline.max_run_s}
+
+
+def deadline_ended(job: JobRecord) -> Conflict | None:
+    """The answer for a waited-on job that a deadline ended (``expired``, or cancelled
+    with ``deadline_exceeded``): a 409 with the reason as the code; None otherwise."""
+    if job.status is JobStatus.EXPIRED or (job.status is JobStatus.CANCELLED
+                                           and job.error_code == DEADLINE_EXCEEDED):
+        return Conflict(f"job {job.id} ended {job.status.value}: {job.error_message}",
+                        code=job.error_code)
+    return None
 
 
 def throttle(svc: Services, tenant: str) -> None:

@@ -33,7 +33,7 @@ from ..deps import Services, services, tenant_id
 from ..guard import GuardedRoute
 from ..live import Slot, wait_for
 from ..schemas import SpeechCreate
-from ..service import job_public, parse_prefer
+from ..service import deadline_ended, job_public, parse_prefer
 from ..speech_stream import check_streamable, stream_speech
 from ..submitter import submit_job
 from .webhooks import job_webhook
@@ -76,6 +76,8 @@ async def result(svc: Services, job: JobRecord, applied: str | None) -> Response
                 f"job {job.id} completed but its result cannot be read right now; fetch it "
                 f"with GET /v1/jobs/{job.id}/content") from exc
         return Response(content=data, media_type=out.content_type, headers={"X-Job-Id": job.id})
+    if (ended := deadline_ended(job)) is not None:
+        raise ended
     if job.status is JobStatus.FAILED:
         raise RenderFailed(f"job {job.id} failed: {job.error_message}",
                            code=job.error_code or "job_failed")

@@ -77,3 +77,9 @@ def test_bad_deadlines_are_400s_naming_the_field(client, body, headers, param):
     resp = client.post("/v1/audio/speech", headers={**ASYNC, **headers},
                        json={"model": "test-sleep", "input": "1", **body})
     assert assert_openai_error(resp, 400)["param"] == param
+
+
+def test_a_waited_on_job_that_a_deadline_ends_is_a_409_with_the_reason(client):
+    resp = client.post("/v1/audio/speech", headers={"Prefer": "wait=30"},
+                       json={"model": "test-sleep", "input": "30", "max_run_s": 1})
+    assert assert_openai_error(resp, 409, "deadline_exceeded")
