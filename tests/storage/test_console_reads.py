@@ -1,6 +1,6 @@
 """What the console reads, on both backends: each job's attempts (written in the
-transitions' own transactions), job lists by every filter or every tenant, the queue /
-outcome / usage counts, and console sessions."""
+transitions' own transactions), job lists by every filter or every tenant, the queue and
+outcome counts, and console sessions (usage: test_usage_and_deadlines.py)."""
 
 from __future__ import annotations
 
