@@ -79,3 +79,19 @@ def test_the_schema_documents_usage_and_deadlines(api):
     assert {"start_time", "end_time", "bucket_width", "group_by"} <= params
     assert "cancel-after" in {p["name"] for p in
                               spec["paths"]["/v1/audio/speech"]["post"]["parameters"]}
+
+
+def test_a_job_a_deadline_ended_answers_a_409_with_its_reason(api):
+    from api.service import deadline_ended
+
+    key = new_key(api.db_url, "usage-" + uuid.uuid4().hex[:8])
+    resp = api.client(key=key).post("/v1/audio/speech", headers={"Prefer": "respond-async"},
+                                    json={"model": "tts-1", "input": "Too slow.",
+                                          "max_run_s": 1})
+    job_id = resp.json()["id"]
+    jobs = api.services.jobs
+    assert deadline_ended(jobs.get(job_id)) is None  # queued: no answer yet
+    jobs.claim(job_id, "w", lease_s=60)
+    assert jobs.cancel_overdue(job_id, 1, "past max_run_s", render=(1.0, "cpu"))
+    answer = deadline_ended(jobs.get(job_id))
+    assert (answer.http_status, answer.code) == (409, "deadline_exceeded")
