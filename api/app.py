@@ -27,6 +27,7 @@ from storage.repositories import (
 from storage.repositories.activity import ActivityRepository
 from storage.repositories.quotas import INTERACTIVE, Quota, Quotas
 from storage.repositories.sessions import SessionRepository
+from storage.repositories.usage import UsageRepository
 
 from . import console
 from .auth import Authenticator
@@ -45,6 +46,7 @@ from .routes import (
     models,
     objects,
     speech,
+    usage,
     videos,
     webhooks,
 )
@@ -101,9 +103,11 @@ def create_app(settings: Settings, publish: Publisher,
         live=live, stream_encoder=stream_encoder,
         streamable=streamable if stream_encoder is not None else frozenset(),
         console_sessions=SessionRepository(sessions), activity=ActivityRepository(sessions),
+        usage=UsageRepository(sessions),
         fleet=Fleet(WorkerRepository(sessions)))
     install_error_handlers(app)
-    for module in (speech, videos, jobs, events, models, objects, files, batches, webhooks):
+    for module in (speech, videos, jobs, events, models, objects, files, batches, webhooks,
+                   usage):
         app.include_router(module.router, responses=ERROR_RESPONSES)
     app.include_router(health.router)
     console.install(app)

@@ -17,6 +17,7 @@ from core.errors import InvalidRequest, OmniJobsError
 from core.settings import Settings
 from storage.records import LineRejected, NewJob
 
+from .deadlines import NAMES as DEADLINES
 from .errors import _validation_message, error_body
 from .routes.speech import speech_job
 from .routes.videos import video_job
@@ -48,6 +49,11 @@ def _job(settings: Settings, endpoint: str, tenant: str, seed_key: str,
         if body.get(name) is not None:
             raise InvalidRequest(f"{name} is not accepted in a batch; register a webhook "
                                  "endpoint for batch events", param=name,
+                                 code="unsupported_parameter")
+    for name in DEADLINES:  # a batch's requests share its completion_window
+        if body.get(name) is not None:
+            raise InvalidRequest(f"{name} is not accepted in a batch; the batch's "
+                                 "completion_window bounds its requests", param=name,
                                  code="unsupported_parameter")
     if endpoint == "/v1/audio/speech":
         speech = SpeechCreate.model_validate(body)

@@ -28,6 +28,7 @@ from .ratelimit import RateLimiter
 if TYPE_CHECKING:
     from storage.repositories.activity import ActivityRepository
     from storage.repositories.sessions import SessionRepository
+    from storage.repositories.usage import UsageRepository
 
     from .fleet import Fleet
     from .live import Live
@@ -67,6 +68,7 @@ class Services:
     streamable: frozenset[str] = frozenset()
     console_sessions: SessionRepository | None = None  # the console's (api/console/)
     activity: ActivityRepository | None = None
+    usage: UsageRepository | None = None
 
     fleet: Fleet | None = None  # the worker registry's view (api/fleet.py)
 

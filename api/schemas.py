@@ -11,6 +11,8 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validat
 from core.text import check_text
 from storage.views import JobError, JobPublic, OutputPublic, VideoPublic
 
+from .deadlines import max_run_field, start_within_field
+
 __all__ = ["JobError", "JobPublic", "OutputPublic", "VideoPublic"]  # re-exported
 
 Item = TypeVar("Item")
@@ -76,6 +78,8 @@ class SpeechCreate(BaseModel):
     metadata: dict[str, str] | None = None
     webhook_url: Line | None = Field(default=None, max_length=2048)
     webhook_events: list[str] | None = Field(default=None, max_length=8)
+    start_within_s: float | None = start_within_field()
+    max_run_s: float | None = max_run_field()
 
     _metadata = field_validator("metadata")(check_metadata)
 
@@ -158,6 +162,8 @@ class VideoCreate(BaseModel):
     metadata: dict[str, str] | None = None
     webhook_url: Line | None = Field(default=None, max_length=2048)
     webhook_events: list[str] | None = Field(default=None, max_length=8)
+    start_within_s: float | None = start_within_field()
+    max_run_s: float | None = max_run_field()
 
     _metadata = field_validator("metadata")(check_metadata)
     _events = field_validator("webhook_events", mode="before")(events_from_form)

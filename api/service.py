@@ -12,11 +12,11 @@ from typing import Any, Literal
 from fastapi import Query
 
 from core.errors import Conflict, InvalidRequest, NotFound, TooManyRequests, clip
-from core.jobs import JobKind, is_job_id
+from core.jobs import JobKind, JobStatus, is_job_id
 from core.text import refused_character
 from pipelines import PipelineSpec
-from storage.records import JobRecord, JobWebhookRequest, NewJob
-from storage.views import JobPublic, job_view
+from storage.records import Deadlines, JobRecord, JobWebhookRequest, NewJob
+from storage.views import DEADLINE_EXCEEDED, JobPublic, job_view
 
 from .deps import Services
 from .metrics import JOBS_SUBMITTED, PUBLISH_DEFERRED
@@ -28,7 +28,8 @@ _WAIT = re.compile(r"(?:^|[,;\s])wait\s*=\s*(\d+(?:\.\d+)?)", re.I)
 
 def submit(svc: Services, *, tenant: str, spec: PipelineSpec, model: str, request: dict,
            metadata: dict | None, idempotency_key: str | None,
-           webhook: JobWebhookRequest | None = None) -> JobRecord:
+           webhook: JobWebhookRequest | None = None,
+           deadline: Deadlines | None = None) -> JobRecord:
     """Admit, insert the job with its outbox message, then publish: in the background
     where the app has a submitter, so a frozen broker holds no answer."""
     if idempotency_key is not None and (not 1 <= len(idempotency_key) <= 255
@@ -39,7 +40,7 @@ def submit(svc: Services, *, tenant: str, spec: PipelineSpec, model: str, reques
     new = NewJob(tenant_id=tenant, kind=spec.kind, model=model, pipeline=spec.name,
                  queue=spec.queue, request=request, metadata=metadata,
                  max_attempts=svc.settings.max_attempts, idempotency_key=idempotency_key,
-                 webhook=webhook)
+                 webhook=webhook, **deadline_fields(deadline))
     job, msg = svc.jobs.create(new)  # a database outage is a 503 (api/errors.py)
     if msg is None and (job.kind, job.pipeline, job.model, job.request, job.metadata) != (
             spec.kind, spec.name, model, request, metadata):
@@ -58,6 +59,23 @@ def submit(svc: Services, *, tenant: str, spec: PipelineSpec, model: str, reques
             log.warning("publish failed for %s; left to the outbox relay", job.id,
                         extra={"job_id": job.id})
     return job
+
+
+def deadline_fields(deadline: Deadlines | None) -> dict:
+    """NewJob's deadline fields."""
+    if deadline is None:
+        return {}
+    return {"start_by": deadline.start_by, "max_run_s": deadline.max_run_s}
+
+
+def deadline_ended(job: JobRecord) -> Conflict | None:
+    """The answer for a waited-on job that a deadline ended (``expired``, or cancelled
+    with ``deadline_exceeded``): a 409 with the reason as the code; None otherwise."""
+    if job.status is JobStatus.EXPIRED or (job.status is JobStatus.CANCELLED
+                                           and job.error_code == DEADLINE_EXCEEDED):
+        return Conflict(f"job {job.id} ended {job.status.value}: {job.error_message}",
+                        code=job.error_code)
+    return None
 
 
 def throttle(svc: Services, tenant: str) -> None:

@@ -39,6 +39,7 @@ from storage.records import JobRecord
 from .deps import Services
 from .live import SSE_HEADERS, Slot, Watch, error_json
 from .metrics import LIVE_ACTIVE
+from .service import deadline_ended
 
 log = logging.getLogger(__name__)
 
@@ -129,6 +130,8 @@ class SpeechStream:
 
     async def _finish(self, job: JobRecord) -> AsyncIterator[bytes]:
         self.done = True  # the job ended: nothing left to cancel
+        if deadline_ended(job) is not None:
+            raise StreamBroken(f"job {job.id} ended {job.status.value}: {job.error_code}")
         if job.status is JobStatus.FAILED:
             raise StreamBroken(f"job {job.id} failed: {job.error_message}")
         if job.status is JobStatus.CANCELLED:
@@ -155,6 +158,8 @@ class SpeechStream:
 
 def early_error(job: JobRecord) -> Exception:
     """The answer for a job that ended before any audio (as the synchronous route's)."""
+    if (ended := deadline_ended(job)) is not None:
+        return ended
     if job.status is JobStatus.FAILED:
         return RenderFailed(f"job {job.id} failed: {job.error_message}",
                             code=job.error_code or "job_failed")

@@ -26,7 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 from fastapi.concurrency import run_in_threadpool
 
 from pipelines import PipelineSpec
-from storage.records import JobRecord, JobWebhookRequest, NewJob, OutboxRecord
+from storage.records import Deadlines, JobRecord, JobWebhookRequest, NewJob, OutboxRecord
 
 from .metrics import JOBS_SUBMITTED, PUBLISH_DEFERRED
 from .service import submit, throttle
@@ -145,13 +145,15 @@ def publish_now(svc, msgs: list[OutboxRecord]) -> None:
 
 async def submit_job(svc, *, tenant: str, spec: PipelineSpec, model: str, request: dict,
                      metadata: dict | None, idempotency_key: str | None,
-                     webhook: JobWebhookRequest | None = None) -> JobRecord:
+                     webhook: JobWebhookRequest | None = None,
+                     deadline: Deadlines | None = None) -> JobRecord:
     """``service.submit`` from the event loop: through the group commit unless the submit
-    carries an idempotency key (or the app has no submitter)."""
-    if idempotency_key is not None or svc.submitter is None:
+    carries an idempotency key or deadlines (or the app has no submitter)."""
+    if idempotency_key is not None or deadline is not None or svc.submitter is None:
         return await run_in_threadpool(
             submit, svc, tenant=tenant, spec=spec, model=model, request=request,
-            metadata=metadata, idempotency_key=idempotency_key, webhook=webhook)
+            metadata=metadata, idempotency_key=idempotency_key, webhook=webhook,
+            deadline=deadline)
     if getattr(svc.limiter, "blocking", True):
         await run_in_threadpool(throttle, svc, tenant)
     else:

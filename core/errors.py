@@ -289,6 +289,13 @@ class EngineDead(PipelineFailed):
     code = "engine_dead"
 
 
+class DeadlineExceeded(JobFailure):
+    """The job ran past the maximum run time its caller set (``max_run_s``): it ends
+    ``cancelled`` with this code, never retried (the caller's bound, not the engine's)."""
+
+    code = "deadline_exceeded"
+
+
 class JobTimedOut(PipelineFailed):
     """The job ran past its pipeline's maximum runtime. Retryable (a hung engine may be
     transient); the worker process is recycled so the stuck call cannot block the next job."""

@@ -1,6 +1,8 @@
 """Job kinds and statuses.
 
 The lifecycle (queued -> running -> completed | failed | cancelled; queued -> cancelled;
+queued -> expired, or running -> expired right after a claim that came too late, when a
+job's start deadline passed;
 running -> queued for a retry or a reclaimed lease) is enforced by the compare-and-set
 updates in ``storage/repositories/jobs.py``, the only place a status changes.
 """
@@ -24,13 +26,15 @@ class JobStatus(enum.StrEnum):
     COMPLETED = "completed"
     FAILED = "failed"
     CANCELLED = "cancelled"
+    EXPIRED = "expired"  # its start deadline passed before it started: it never ran
 
     @property
     def terminal(self) -> bool:
         return self in TERMINAL
 
 
-TERMINAL = frozenset({JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.CANCELLED})
+TERMINAL = frozenset({JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.CANCELLED,
+                      JobStatus.EXPIRED})
 
 
 def is_job_id(value: str) -> bool:

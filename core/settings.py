@@ -274,6 +274,9 @@ class Settings(BaseSettings):
     metrics_public: bool = Field(
         False, description="Also serve `/metrics` on the API's port (otherwise only on "
         "`--metrics-port`)")
+    metrics_tenant_label: bool = Field(
+        False, description="Label `omnijobs_render_seconds_total` with the tenant as well as "
+        "the pipeline (one series per tenant and pipeline: mind the cardinality)")
 
     # ---- what a person sees ---------------------------------------------------------
     log_format: Literal["json", "text"] = Field(

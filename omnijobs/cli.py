@@ -18,6 +18,7 @@ import typer
 
 from core.settings import PLACEHOLDER_SECRETS, Settings
 from omnijobs.batch_cli import batch_cli
+from omnijobs.usage_cli import usage_command
 
 from . import console, startup
 
@@ -86,6 +87,9 @@ def _admin_db() -> str:
     require_schema(settings.db_url)
     typer.echo(startup.database_line(settings), err=True)  # stdout stays for scripts
     return settings.db_url
+
+
+cli.command("usage")(usage_command(_admin_db))
 
 
 def _keys():

@@ -9,6 +9,7 @@ from typing import Literal
 from pydantic import BaseModel
 
 from .records import BatchRecord, FileRecord
+from .usage_views import UsagePublic, usage_view
 from .views import timestamp
 
 
@@ -63,6 +64,7 @@ class BatchPublic(BaseModel):
     cancelled_at: int | None
     request_counts: RequestCountsPublic
     metadata: dict[str, str] | None
+    usage: UsagePublic | None = None  # the sum over its finished jobs
 
 
 def file_view(record: FileRecord) -> FilePublic:
@@ -86,4 +88,5 @@ def batch_view(record: BatchRecord) -> BatchPublic:
         status=record.status.value, output_file_id=record.output_file_id,
         error_file_id=record.error_file_id, metadata=record.metadata,
         request_counts=RequestCountsPublic(total=counts.total, completed=counts.completed,
-                                           failed=counts.failed), **stamps)
+                                           failed=counts.failed),
+        usage=usage_view(record.usage), **stamps)

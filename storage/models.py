@@ -53,6 +53,8 @@ INTERACTIVE_JOB = text("batch_id IS NULL")  # a job of no batch
 # The queue signals' partial indexes: only queued jobs, one index per lane.
 QUEUED_INTERACTIVE = text("status = 'queued' AND batch_id IS NULL")
 QUEUED_BULK = text("status = 'queued' AND batch_id IS NOT NULL")
+# The deadline sweep's index: queued jobs that carry a start deadline, by deadline.
+QUEUED_WITH_DEADLINE = text("status = 'queued' AND start_by IS NOT NULL")
 
 
 class Tenant(Base):
@@ -114,6 +116,8 @@ class Job(Base):
               postgresql_where=QUEUED_INTERACTIVE, sqlite_where=QUEUED_INTERACTIVE),
         Index("ix_jobs_queued_bulk", "pipeline", "created_at",
               postgresql_where=QUEUED_BULK, sqlite_where=QUEUED_BULK),
+        Index("ix_jobs_queued_start_by", "start_by", postgresql_where=QUEUED_WITH_DEADLINE,
+              sqlite_where=QUEUED_WITH_DEADLINE),
     )
 
     id: Mapped[str] = mapped_column(String(40), primary_key=True)
@@ -146,10 +150,17 @@ class Job(Base):
         "batches.id", ondelete="CASCADE", name="fk_jobs_batch_id"))
     batch_index: Mapped[int | None] = mapped_column(Integer)
     custom_id: Mapped[str | None] = mapped_column(String(512))
+    # The caller's deadlines: started by ``start_by`` (else ``expired``), and each attempt
+    # run at most ``max_run_s`` (else ``cancelled`` with ``deadline_exceeded``).
+    start_by: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    max_run_s: Mapped[float | None] = mapped_column(Float)
 
     outputs: Mapped[list[Output]] = relationship(
         back_populates="job", order_by="Output.index", lazy="selectin",
         cascade="all, delete-orphan")
+    usage: Mapped[JobUsage | None] = relationship(
+        primaryjoin="Job.id == foreign(JobUsage.job_id)", viewonly=True, uselist=False,
+        lazy="selectin")
 
 
 class JobAttempt(Base):
@@ -167,6 +178,36 @@ class JobAttempt(Base):
     outcome: Mapped[str | None] = mapped_column(String(16))
     error_code: Mapped[str | None] = mapped_column(String(64))
     error_message: Mapped[str | None] = mapped_column(Text)
+    # The worker's wall time in the pipeline for this attempt, and where it ran.
+    render_s: Mapped[float | None] = mapped_column(Float)
+    device: Mapped[str | None] = mapped_column(String(200))
+
+
+class JobUsage(Base):
+    """What a finished job cost, written in the transaction that ended it (and again if
+    a worker reports a cancelled attempt's time afterwards). No foreign key to the job:
+    the record outlives the job's retention, as a bill must."""
+
+    __tablename__ = "job_usage"
+    __table_args__ = (Index("ix_job_usage_tenant_finished", "tenant_id", "finished_at"),)
+
+    job_id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"))
+    kind: Mapped[str] = mapped_column(String(16))
+    model: Mapped[str] = mapped_column(String(200))
+    pipeline: Mapped[str] = mapped_column(String(200))
+    batch_id: Mapped[str | None] = mapped_column(String(40))
+    status: Mapped[str] = mapped_column(String(16))
+    finished_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    attempts: Mapped[int] = mapped_column(Integer)
+    render_s: Mapped[float] = mapped_column(Float)  # every attempt's
+    failed_render_s: Mapped[float] = mapped_column(Float)  # the part no output came of
+    device: Mapped[str | None] = mapped_column(String(200))
+    characters: Mapped[int] = mapped_column(Integer)
+    audio_s: Mapped[float] = mapped_column(Float)
+    video_s: Mapped[float] = mapped_column(Float)
+    frames: Mapped[int] = mapped_column(Integer)
+    bytes: Mapped[int] = mapped_column(BigInteger)
 
 
 class Output(Base):

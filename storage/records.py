@@ -51,6 +51,37 @@ class JobRecord:
     dispatch_token: str | None = None
     expires_at: datetime | None = None  # when the outputs expire (set at completion)
     outputs_deleted_at: datetime | None = None
+    start_by: datetime | None = None  # the caller's start deadline
+    max_run_s: float | None = None  # the caller's maximum run time per attempt
+    usage: UsageRecord | None = None  # once the job has ended
+
+
+@dataclass(frozen=True)
+class UsageRecord:
+    """What a job (or, summed, a batch or a bucket of them) cost. ``render_s`` is every
+    attempt's worker wall time in the pipeline; ``failed_render_s`` is the part spent in
+    attempts that produced nothing (retried, failed, timed out, cancelled), reported
+    apart so it is never billed as if it were output."""
+
+    render_s: float = 0.0
+    failed_render_s: float = 0.0
+    attempts: int = 0
+    device: str | None = None
+    characters: int = 0
+    audio_s: float = 0.0
+    video_s: float = 0.0
+    frames: int = 0
+    bytes: int = 0
+    jobs: int = 1
+    completed: int = 1  # of ``jobs``, those that ended ``completed``
+
+
+@dataclass(frozen=True)
+class Deadlines:
+    """A job's start deadline and maximum run time per attempt (either may be None)."""
+
+    start_by: datetime | None = None
+    max_run_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -66,6 +97,8 @@ class NewJob:
     idempotency_key: str | None = None
     webhook: JobWebhookRequest | None = None
     lane: str = "interactive"  # which quotas admit it (storage.repositories.quotas)
+    start_by: datetime | None = None
+    max_run_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -184,6 +217,8 @@ class JobAttemptRecord:
     outcome: str | None  # completed, failed, retried, cancelled; None while it runs
     error_code: str | None
     error_message: str | None
+    render_s: float | None = None  # the worker's wall time in the pipeline
+    device: str | None = None
 
 
 @dataclass(frozen=True)
@@ -284,6 +319,7 @@ class BatchRecord:
     cancelling_at: datetime | None = None
     cancelled_at: datetime | None = None
     output_expires_after_s: int | None = None
+    usage: UsageRecord | None = None  # the sum over its finished jobs
 
 
 @dataclass(frozen=True)

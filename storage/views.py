@@ -11,14 +11,17 @@ from dataclasses import asdict
 from datetime import UTC, datetime
 from typing import Literal
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from core.jobs import JobKind, JobStatus
 
 from .objects import ObjectStore
 from .records import JobRecord
+from .usage_views import UsagePublic, usage_view
 
-VIDEO_STATUS = {JobStatus.RUNNING: "in_progress"}  # OpenAI's name for a running video
+VIDEO_STATUS = {JobStatus.RUNNING: "in_progress",  # OpenAI's name for a running video
+                JobStatus.EXPIRED: "failed"}  # OpenAI's four: the reason is the code
+DEADLINE_EXCEEDED = "deadline_exceeded"  # the code of a job cancelled at its max_run_s
 
 
 class JobError(BaseModel):
@@ -68,6 +71,11 @@ class JobPublic(BaseModel):
     error: JobError | None
     outputs: list[OutputPublic]
     metadata: dict[str, str] | None
+    start_by: int | None = Field(default=None, description="The start deadline (set by "
+                                 "start_within_s): not started by then, the job expires")
+    max_run_s: float | None = None
+    usage: UsagePublic | None = Field(default=None, description="What the job cost, once "
+                                      "it has ended (null if it ended without running)")
 
 
 class VideoPublic(BaseModel):
@@ -90,6 +98,7 @@ class VideoPublic(BaseModel):
     error: JobError | None
     outputs: list[OutputPublic]
     metadata: dict[str, str] | None
+    usage: UsagePublic | None = None
 
 
 def timestamp(value: datetime | None) -> int | None:
@@ -113,14 +122,16 @@ def job_view(job: JobRecord, store: ObjectStore, url_ttl_s: int,
         outputs.append(OutputPublic(url=url, url_expires_at=expires, expired=expired,
                                     **fields))
     error = (JobError(code=job.error_code, message=job.error_message or "")
-             if job.error_code and job.status is JobStatus.FAILED else None)
+             if job.error_code and (job.status in (JobStatus.FAILED, JobStatus.EXPIRED)
+                                    or job.error_code == DEADLINE_EXCEEDED) else None)
     return JobPublic(
         id=job.id, kind=job.kind.value, model=job.model, status=job.status.value,
         status_detail=detail, progress=job.progress, attempts=job.attempts,
         max_attempts=job.max_attempts,
         created_at=timestamp(job.created_at), started_at=timestamp(job.started_at),
         completed_at=timestamp(job.completed_at), expires_at=timestamp(job.expires_at),
-        error=error, outputs=outputs, metadata=job.metadata)
+        error=error, outputs=outputs, metadata=job.metadata,
+        start_by=timestamp(job.start_by), max_run_s=job.max_run_s, usage=usage_view(job.usage))
 
 
 def video_view(job: JobRecord, store: ObjectStore, url_ttl_s: int,
@@ -129,13 +140,14 @@ def video_view(job: JobRecord, store: ObjectStore, url_ttl_s: int,
     req = job.request
     rates = {o.sample_rate for o in job.outputs}
     return VideoPublic(
-        id=job.id, model=job.model, status=VIDEO_STATUS.get(job.status, job.status.value),
+        id=job.id, model=job.model, status="failed" if job.error_code == DEADLINE_EXCEEDED
+        else VIDEO_STATUS.get(job.status, job.status.value),
         status_detail=detail, progress=job.progress, created_at=pub.created_at,
         completed_at=pub.completed_at, expires_at=pub.expires_at, size=req["size"],
         seconds=f"{float(req['seconds']):g}", prompt=req["prompt"], fps=float(req["fps"]),
         n=int(req.get("n", 1)), seed=req.get("seed"),
         audio_sample_rate=rates.pop() if len(rates) == 1 else None,
-        error=pub.error, outputs=pub.outputs, metadata=job.metadata)
+        error=pub.error, outputs=pub.outputs, metadata=job.metadata, usage=pub.usage)
 
 
 def resource_view(job: JobRecord, store: ObjectStore, url_ttl_s: int) -> JobPublic | VideoPublic:

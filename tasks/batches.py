@@ -119,6 +119,9 @@ def _job_line(rt: WorkerRuntime, custom_id: str, job: JobRecord, final: BatchSta
     error = None
     if job.status is JobStatus.FAILED:
         error = {"code": job.error_code or "job_failed", "message": job.error_message or ""}
+    elif job.status is JobStatus.EXPIRED:  # the batch's window passed before it was done
+        code, message = CANCELLED_REASON[BatchStatus.EXPIRED]
+        error = {"code": code, "message": message}
     elif job.status is JobStatus.CANCELLED:
         code, message = CANCELLED_REASON.get(final, ("job_cancelled", "the job was cancelled"))
         error = {"code": code, "message": message}

@@ -76,6 +76,8 @@ class Lease:
         self.max_runtime_s, self._on_timeout = max_runtime_s, on_timeout
         self.pipeline, self._in_flight = pipeline, in_flight
         self.handed_back = False
+        self.own_deadline = False  # max_runtime_s is the caller's max_run_s, not the pipeline's
+        self.render: tuple[float, str | None] | None = None  # the attempt's time, once taken
         self._on_progress = on_progress  # a new progress is recorded: tell the listeners
         self._started = time.monotonic()
         self._confirmed_at = self._started  # the claim gave us the lease
@@ -93,6 +95,15 @@ class Lease:
 
     def overdue(self) -> bool:
         return time.monotonic() - self._started > self.max_runtime_s
+
+    def elapsed(self) -> float:
+        """Seconds since the claim: the attempt's wall time in the pipeline so far."""
+        return time.monotonic() - self._started
+
+    def wait_stopped(self, timeout_s: float) -> bool:
+        """Wait until the job is recorded (``stop``) or ``timeout_s`` passes; True if it
+        was recorded."""
+        return self._stop.wait(timeout_s)
 
     def lost_now(self) -> bool:
         """Heartbeat now (not at the next tick) and say whether the job is lost: called

@@ -22,7 +22,13 @@ from .batches import advance_batches
 from .deliver import schedule_due
 from .dispatch import MAINTENANCE_QUEUES
 from .fleet import serve_metrics
-from .recovery import prune_outbox, reap_leases, relay_outbox, sweep_stale_queued
+from .recovery import (
+    expire_overdue,
+    prune_outbox,
+    reap_leases,
+    relay_outbox,
+    sweep_stale_queued,
+)
 from .retention import apply_retention, sweep_orphans
 from .runtime import WorkerRuntime
 
@@ -34,6 +40,7 @@ STEPS: dict[str, Step] = {
     "relay": relay_outbox,
     "reap": reap_leases,
     "sweep_queued": sweep_stale_queued,
+    "deadlines": expire_overdue,
     "retention": apply_retention,
     "orphans": sweep_orphans,
     "prune_outbox": prune_outbox,
@@ -45,6 +52,7 @@ PERIODS: dict[str, float] = {  # seconds; OMNIJOBS_MAINTENANCE_PERIODS overrides
     "relay": 5.0,
     "reap": 10.0,
     "sweep_queued": 60.0,
+    "deadlines": 2.0,  # a partial index of the queued jobs with a deadline: cheap
     "retention": 600.0,
     "orphans": 3600.0,
     "prune_outbox": 3600.0,

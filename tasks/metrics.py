@@ -8,6 +8,10 @@ JOBS_FINISHED = Counter("omnijobs_jobs_finished_total", "Jobs a worker finished,
                         ["pipeline", "outcome"])
 GENERATE_SECONDS = Histogram("omnijobs_generate_seconds", "Pipeline generation time",
                              ["pipeline"], buckets=(0.1, 0.5, 1, 2, 5, 10, 30, 60, 120, 300))
+# Worker wall time in the pipeline, every attempt's (the same seconds each job's usage
+# records). ``tenant`` is empty (no label, to Prometheus) unless OMNIJOBS_METRICS_TENANT_LABEL.
+RENDER_SECONDS = Counter("omnijobs_render_seconds", "Worker wall time in the pipeline, "
+                         "by pipeline (and tenant, if configured)", ["pipeline", "tenant"])
 FINALIZE_SECONDS = Histogram("omnijobs_finalize_seconds",
                              "Validate + encode/mux + probe + upload time", ["pipeline"],
                              buckets=(0.05, 0.1, 0.5, 1, 2, 5, 10, 30, 60))

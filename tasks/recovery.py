@@ -1,5 +1,6 @@
 """Nothing lost: publish what the outbox still holds, reclaim expired leases, re-send the
-render message of a queued job whose message is really gone, prune the published outbox.
+render message of a queued job whose message is really gone, prune the published outbox;
+and nothing kept past its time: queued jobs whose start deadline passed end ``expired``.
 
 Run by the maintenance process (tasks/maintenance.py), never by a render worker.
 """
@@ -17,6 +18,7 @@ from storage.records import JobRecord
 
 from .broker import waiting_dispatches
 from .dispatch import publish_and_mark
+from .live import notify
 from .publish import publish_many
 from .runtime import WorkerRuntime
 
@@ -67,6 +69,16 @@ def reclaim(rt: WorkerRuntime, app: Celery, job: JobRecord) -> bool:
                           only_if_expired=True)
     publish_and_mark(app, rt.outbox, msg)
     return msg is not None
+
+
+def expire_overdue(rt: WorkerRuntime, _app: Celery) -> int:
+    """Queued jobs past their start deadline end ``expired`` without running (a render
+    message that still arrives finds them claimed by nobody). A pass takes a bounded
+    number; the next one takes the rest."""
+    expired = rt.jobs.expire_queued()
+    for job_id in expired:
+        notify(rt.bus, job_id)
+    return len(expired)
 
 
 def reap_leases(rt: WorkerRuntime, app: Celery) -> int:

@@ -13,12 +13,14 @@ import logging
 import random
 import time
 from concurrent.futures import Future
+from datetime import UTC, datetime
 from typing import Any
 
 from celery import Celery
 from celery.exceptions import Reject
 
 from core.errors import (
+    DeadlineExceeded,
     EngineDead,
     JobCancelled,
     JobFailure,
@@ -38,10 +40,12 @@ from .live import AudioTap, notify
 from .metrics import FINALIZE_SECONDS, GENERATE_SECONDS, JOBS_FINISHED
 from .runtime import WorkerRuntime, get_runtime
 from .uploads import PatientStore, discard_uploads
+from .usage import spent
 
 log = logging.getLogger(__name__)
 
 GENERATE_SHARE = 0.85  # progress share of generation; finalize takes the rest
+DEADLINE_GRACE_S = 5.0  # a pipeline past its caller's max_run_s has this long to stop
 
 
 def generate(rt: WorkerRuntime, job: JobRecord, lease: Lease) -> Any:
@@ -81,8 +85,19 @@ def backoff_s(base: float, attempt: int) -> float:
     return random.uniform(0, min(300.0, base * 2 ** max(0, attempt - 1)))
 
 
-def record_failure(rt: WorkerRuntime, app: Celery, job: JobRecord, exc: BaseException) -> str:
-    if isinstance(exc, JobCancelled):
+def cost(rt: WorkerRuntime, job: JobRecord, lease: Lease) -> tuple[float, str]:
+    """The attempt's (seconds, device), counted once (tasks/usage.py)."""
+    return spent(lease, job, rt.settings.metrics_tenant_label)
+
+
+def record_failure(rt: WorkerRuntime, app: Celery, job: JobRecord, exc: BaseException,
+                   lease: Lease) -> str:
+    render = cost(rt, job, lease)
+    if isinstance(exc, DeadlineExceeded):
+        rt.jobs.cancel_overdue(job.id, job.attempts, exc.message, render)
+        return "deadline_exceeded"
+    if isinstance(exc, JobCancelled):  # someone else ended it: our time goes on the record
+        rt.jobs.record_render(job.id, job.attempts, *render)
         return "cancelled"
     if not isinstance(exc, OmniJobsError):  # a bug: fail with a reason, never a trace
         log.error("job %s: unexpected error", job.id, exc_info=exc, extra={"job_id": job.id})
@@ -94,10 +109,10 @@ def record_failure(rt: WorkerRuntime, app: Celery, job: JobRecord, exc: BaseExce
     if exc.retryable and job.attempts < job.max_attempts:
         msg = rt.jobs.requeue(job.id, job.attempts, queue=get_spec(job.pipeline).queue,
                               delay_s=backoff_s(rt.settings.retry_backoff_s, job.attempts),
-                              code=exc.code, message=exc.message)
+                              code=exc.code, message=exc.message, render=render)
         publish_and_mark(app, rt.outbox, msg)
         return "retrying"
-    rt.jobs.fail(job.id, exc.code, exc.message, attempt=job.attempts)
+    rt.jobs.fail(job.id, exc.code, exc.message, attempt=job.attempts, render=render)
     return "failed"
 
 
@@ -114,12 +129,14 @@ def finish(rt: WorkerRuntime, app: Celery, job: JobRecord, raw: Any, lease: Leas
     return result
 
 
-def complete(rt: WorkerRuntime, job: JobRecord, outputs: list[OutputRecord]) -> bool:
+def complete(rt: WorkerRuntime, job: JobRecord, outputs: list[OutputRecord],
+             render: tuple[float, str] | None = None) -> bool:
     """The compare-and-set is idempotent, so a database blip is worth a few retries; a
     commit whose reply was lost shows up as our attempt already completed."""
     for delay in (0.5, 1.0, 2.0, None):
         try:
-            if rt.jobs.complete(job.id, job.attempts, outputs, rt.settings.output_ttl_s):
+            if rt.jobs.complete(job.id, job.attempts, outputs, rt.settings.output_ttl_s,
+                                render):
                 return True
             now = rt.jobs.get(job.id)
             return bool(now and now.status is JobStatus.COMPLETED
@@ -143,9 +160,10 @@ def _finish(rt: WorkerRuntime, app: Celery, job: JobRecord, raw: Any, lease: Lea
                 result = stopped(rt, app, job, lease, exc)
                 discard_uploads(rt, job, store.uploaded)
                 return result
-        if not complete(rt, job, outputs):
+        if not complete(rt, job, outputs, cost(rt, job, lease)):
             log.info("job %s finished but was no longer ours; result dropped", job.id,
                      extra={"job_id": job.id})
+            rt.jobs.record_render(job.id, job.attempts, *cost(rt, job, lease))
             discard_uploads(rt, job, store.uploaded)
             return "lost"
     log.info("job %s completed", job.id, extra={"job_id": job.id})
@@ -156,34 +174,59 @@ def stopped(rt: WorkerRuntime, app: Celery, job: JobRecord, lease: Lease,
             exc: BaseException) -> str:
     """Generation or finalize raised: record why, unless the job was handed back (the
     worker drains), whose stop is no failure and whose record is already written."""
-    if lease.handed_back:
+    if lease.handed_back:  # the attempt is closed; its time still goes on the record
+        rt.jobs.record_render(job.id, job.attempts, *cost(rt, job, lease))
         return "handed_back"
-    return record_failure(rt, app, job, stop_reason(lease, exc))
+    return record_failure(rt, app, job, stop_reason(lease, exc), lease)
 
 
 def timeout_error(limit_s: float) -> JobTimedOut:
     return JobTimedOut(f"the job ran past its pipeline's maximum runtime ({limit_s:g} s)")
 
 
+def deadline_error(limit_s: float) -> DeadlineExceeded:
+    return DeadlineExceeded(f"the job ran past its maximum run time (max_run_s {limit_s:g})")
+
+
 def stop_reason(lease: Lease, exc: BaseException) -> BaseException:
     """A pipeline that stopped because its lease ran past the maximum runtime (it saw
-    itself cancelled) timed out; it was not cancelled."""
+    itself cancelled) timed out, or, where the bound was the caller's ``max_run_s``,
+    exceeded its deadline; it was not cancelled."""
     if isinstance(exc, JobCancelled) and lease.overdue():
-        return timeout_error(lease.max_runtime_s)
+        return (deadline_error if lease.own_deadline else timeout_error)(lease.max_runtime_s)
     return exc
 
 
-def timed_out(rt: WorkerRuntime, app: Celery, job: JobRecord, limit_s: float) -> None:
+def timed_out(rt: WorkerRuntime, app: Celery, job: JobRecord, lease: Lease) -> None:
     """On the lease's watchdog thread, past the maximum runtime: record ``timeout``
-    (retry or fail, a compare-and-set on our attempt), then recycle the process."""
+    (retry or fail, a compare-and-set on our attempt), then recycle the process. Past
+    the caller's own ``max_run_s``: record ``deadline_exceeded`` at once and recycle
+    only if the pipeline has not stopped within ``DEADLINE_GRACE_S`` (a cooperative one
+    stops at its next chunk, and the model stays loaded)."""
+    limit_s = lease.max_runtime_s
+    error = (deadline_error if lease.own_deadline else timeout_error)(limit_s)
     try:
-        outcome = record_failure(rt, app, job, timeout_error(limit_s))
+        outcome = record_failure(rt, app, job, error, lease)
         notify(rt.bus, job.id)
         JOBS_FINISHED.labels(job.pipeline, f"timeout-{outcome}").inc()
     except Exception:
         log.exception("job %s timed out and could not be recorded; the reaper will",
                       job.id, extra={"job_id": job.id})
+    if lease.own_deadline and lease.wait_stopped(DEADLINE_GRACE_S):
+        return
     rt.recycle()
+
+
+def expired_at_claim(rt: WorkerRuntime, job: JobRecord) -> bool:
+    """A first attempt claimed after the job's start deadline: the job ends ``expired``
+    and never runs (the maintenance sweep expires those still queued)."""
+    if job.start_by is None or job.attempts != 1 or datetime.now(UTC) <= job.start_by:
+        return False
+    rt.jobs.expire_claimed(job.id, job.attempts, "the job was claimed after its start "
+                           "deadline and did not run")
+    notify(rt.bus, job.id)
+    JOBS_FINISHED.labels(job.pipeline, "expired").inc()
+    return True
 
 
 def run_job(rt: WorkerRuntime, app: Celery, job_id: str,
@@ -198,13 +241,19 @@ def run_job(rt: WorkerRuntime, app: Celery, job_id: str,
         log.info("job %s not claimable (taken, cancelled, finished or a superseded "
                  "message)", job_id, extra={"job_id": job_id})
         return "skipped"
+    if expired_at_claim(rt, job):
+        return "expired"
     log.info("job %s claimed (attempt %d)", job_id, job.attempts, extra={"job_id": job_id})
     notify(rt.bus, job.id)
     limit = rt.max_runtime_s(job.pipeline)
-    lease = Lease(rt.jobs, job.id, job.attempts, rt.settings.lease_s, limit,
-                  on_timeout=lambda: timed_out(rt, app, job, limit),
+    own = job.max_run_s is not None and job.max_run_s < limit
+    lease = Lease(rt.jobs, job.id, job.attempts, rt.settings.lease_s,
+                  job.max_run_s if own else limit,
+                  on_timeout=lambda: timed_out(rt, app, job, lease),
                   on_progress=lambda: notify(rt.bus, job.id), pipeline=job.pipeline,
-                  in_flight=rt.in_flight).start()
+                  in_flight=rt.in_flight)
+    lease.own_deadline = own
+    lease.start()
     try:
         with GENERATE_SECONDS.labels(job.pipeline).time():
             raw = generate(rt, job, lease)

@@ -2,12 +2,12 @@
 show is read here and nowhere else, so another source (a worker registry, usage
 records) replaces one function, not a page.
 
-Today they are counted from the jobs the database holds (storage/repositories/
-activity.py): the queue per pipeline and lane, the last hour's outcomes by reason, and
-per tenant and day the jobs finished and the media their outputs hold. What this
-deployment does not record is said so on the page, never made up: ``workers`` is None
-where the API runs without the worker registry (storage/repositories/workers.py) or
-cannot read it.
+The queue per pipeline and lane and the last hour's outcomes by reason are counted from
+the jobs the database holds (storage/repositories/activity.py); usage per tenant and day
+is summed from the usage records finished jobs leave (storage/repositories/usage.py),
+which outlive the jobs' retention. What this deployment does not record is said so on
+the page, never made up: ``workers`` is None where the API runs without the worker
+registry (storage/repositories/workers.py) or cannot read it.
 """
 
 from __future__ import annotations
@@ -17,13 +17,15 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from storage.records import WorkerRecord
-from storage.repositories.activity import OutcomeRow, QueueRow, UsageRow
+from storage.repositories.activity import OutcomeRow, QueueRow
+from storage.repositories.usage import UsageBucketRow
 
 from ..deps import Services
 
 log = logging.getLogger(__name__)
 
 HOUR_S = 3600.0
+DAY_S = 86400
 BUCKET_S = 600.0  # the outcome charts' bars: six of ten minutes
 
 
@@ -61,5 +63,19 @@ def workers(svc: Services) -> list[WorkerRecord] | None:
         return None
 
 
-def usage(svc: Services, scope: str | None, days: int) -> list[UsageRow]:
-    return svc.activity.usage(scope, days)
+@dataclass(frozen=True)
+class UsageDay:
+    tenant: str
+    day: str  # YYYY-MM-DD, UTC
+    row: UsageBucketRow
+
+
+def usage(svc: Services, scope: str | None, days: int) -> list[UsageDay]:
+    """Per tenant and UTC day of the last ``days`` (today included), newest first: the
+    jobs that ended, their render time (and the failed attempts' part of it), media."""
+    today = int(datetime.now(UTC).timestamp()) // DAY_S * DAY_S
+    start = today - (days - 1) * DAY_S
+    rows = svc.usage.buckets(scope, start, today + DAY_S, DAY_S, per_tenant=True)
+    days_of = [UsageDay(r.tenant or "", datetime.fromtimestamp(r.start, UTC)
+                        .strftime("%Y-%m-%d"), r) for r in rows]
+    return sorted(days_of, key=lambda d: (d.tenant, -d.row.start))

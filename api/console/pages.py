@@ -150,9 +150,14 @@ def workers(svc: Services = Depends(services), who: Viewer = Depends(viewer)) ->
                 serving=lambda p: sum(w.serves(p) for w in live or ()))
 
 
+USAGE_DAYS = (1, 7, 30)
+
+
 @router.get("/usage")
 @signed_in
-def usage(days: Literal[1, 7, 30] = Query(default=7), svc: Services = Depends(services),
+def usage(days: int = Query(default=7), svc: Services = Depends(services),
           who: Viewer = Depends(viewer)) -> Response:
+    if days not in USAGE_DAYS:  # a Literal of ints refuses the query's "1"
+        raise InvalidRequest("days must be 1, 7 or 30", param="days")
     return page("usage.html", viewer=who, nav="usage", days=days,
                 rows=figures.usage(svc, who.scope, days))

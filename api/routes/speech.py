@@ -27,11 +27,13 @@ from core.settings import Settings
 from pipelines import PipelineSpec, SpeechRequest, resolve_model
 from storage.records import JobRecord
 
+from ..deadlines import NAMES as DEADLINES
+from ..deadlines import deadlines
 from ..deps import Services, services, tenant_id
 from ..guard import GuardedRoute
 from ..live import Slot, wait_for
 from ..schemas import SpeechCreate
-from ..service import job_public, parse_prefer
+from ..service import deadline_ended, job_public, parse_prefer
 from ..speech_stream import check_streamable, stream_speech
 from ..submitter import submit_job
 from .webhooks import job_webhook
@@ -49,7 +51,7 @@ def speech_job(settings: Settings, body: SpeechCreate) -> tuple[PipelineSpec, di
                              param="model", code="unsupported_model")
     fields = body.model_dump(exclude_none=True, exclude={
         "model", "metadata", "stream_format", "webhook_url", "webhook_events",
-        "cancel_on_disconnect"})
+        "cancel_on_disconnect", *DEADLINES})
     spec.validate_speech(SpeechRequest.from_dict(fields), body.model)
     return spec, fields
 
@@ -74,6 +76,8 @@ async def result(svc: Services, job: JobRecord, applied: str | None) -> Response
                 f"job {job.id} completed but its result cannot be read right now; fetch it "
                 f"with GET /v1/jobs/{job.id}/content") from exc
         return Response(content=data, media_type=out.content_type, headers={"X-Job-Id": job.id})
+    if (ended := deadline_ended(job)) is not None:
+        raise ended
     if job.status is JobStatus.FAILED:
         raise RenderFailed(f"job {job.id} failed: {job.error_message}",
                            code=job.error_code or "job_failed")
@@ -86,8 +90,12 @@ async def result(svc: Services, job: JobRecord, applied: str | None) -> Response
 async def create_speech(body: SpeechCreate, svc: Services = Depends(services),
                         tenant: str = Depends(tenant_id),
                         prefer: str | None = Header(default=None),
-                        idempotency_key: str | None = Header(default=None)) -> Response:
+                        idempotency_key: str | None = Header(default=None),
+                        cancel_after: str | None = Header(default=None, description=(
+                            "The maximum run time (as `max_run_s`): `30s`, `5m`, `1h30m`"))
+                        ) -> Response:
     spec, fields = speech_job(svc.settings, body)
+    deadline = deadlines(svc.settings, spec, body.start_within_s, body.max_run_s, cancel_after)
     if body.stream_format is not None:
         check_streamable(svc, body.response_format)
     wait = parse_prefer(prefer, svc.settings.sync_wait_default_s, svc.settings.sync_wait_max_s)
@@ -99,7 +107,8 @@ async def create_speech(body: SpeechCreate, svc: Services = Depends(services),
                    else await run_in_threadpool(job_webhook, svc, *hook))
         job = await submit_job(svc, tenant=tenant, spec=spec, model=body.model,
                                request=fields, metadata=body.metadata,
-                               idempotency_key=idempotency_key, webhook=webhook)
+                               idempotency_key=idempotency_key, webhook=webhook,
+                               deadline=deadline)
     except BaseException:
         if slot is not None:
             slot.release()

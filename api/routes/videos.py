@@ -19,6 +19,7 @@ from core.settings import Settings
 from pipelines import PipelineSpec, VideoRequest, all_specs, resolve_model
 from storage.views import video_view
 
+from ..deadlines import deadlines
 from ..deps import Services, services, tenant_id
 from ..guard import GuardedRoute
 from ..schemas import VideoCreate, VideoDeleted, VideoList, VideoPublic, video_request_body
@@ -126,19 +127,23 @@ def video_public(svc: Services, job) -> VideoPublic:
 @router.post("", response_model=VideoPublic, openapi_extra=video_request_body())
 async def create_video(request: Request, svc: Services = Depends(services),
                        tenant: str = Depends(tenant_id),
-                       idempotency_key: str | None = Header(default=None)) -> JSONResponse:
+                       idempotency_key: str | None = Header(default=None),
+                       cancel_after: str | None = Header(default=None, description=(
+                           "The maximum run time (as `max_run_s`): `30s`, `5m`, `1h30m`"))
+                       ) -> JSONResponse:
     raw = await read_body(request)
     try:
         body = VideoCreate.model_validate(raw)
     except ValidationError as exc:
         raise RequestValidationError(exc.errors()) from None
     spec, model, fields = video_job(svc.settings, body, tenant, idempotency_key)
+    deadline = deadlines(svc.settings, spec, body.start_within_s, body.max_run_s, cancel_after)
     webhook = await run_in_threadpool(job_webhook, svc, body.webhook_url, body.webhook_events,
                                       JobKind.VIDEO)
     job = await run_in_threadpool(submit, svc, tenant=tenant, spec=spec,
                                   model=model, request=fields,
                                   metadata=body.metadata, idempotency_key=idempotency_key,
-                                  webhook=webhook)
+                                  webhook=webhook, deadline=deadline)
     return JSONResponse(video_public(svc, job).model_dump(),
                         headers={"openai-poll-after-ms": POLL_AFTER_MS})
 

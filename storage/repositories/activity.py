@@ -1,7 +1,7 @@
-"""What the console's Overview and Usage pages show, counted from the jobs table: per
-pipeline and lane the queue (queued, running, the oldest queued job), the outcomes of
-the last hour (completions, failures by reason, in buckets for a small chart), and per
-tenant the jobs finished and the media they produced, by day.
+"""What the console's Overview page shows, counted from the jobs table: per pipeline and
+lane the queue (queued, running, the oldest queued job) and the outcomes of the last
+hour (completions, failures by reason, in buckets for a small chart). Usage has records
+of its own (storage/repositories/usage.py).
 
 Everything is scoped like every other read (``tenant_id`` None: every tenant). These are
 aggregates over indexed columns (status, completed_at), a handful of grouped queries
@@ -17,9 +17,9 @@ from sqlalchemy import Integer, case, cast, extract, func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from core.batches import BULK_LANE
-from core.jobs import JobKind, JobStatus
+from core.jobs import JobStatus
 
-from ..models import Job, Output, Tenant
+from ..models import Job
 from .quotas import INTERACTIVE
 from .scope import tenant_is
 
@@ -42,17 +42,6 @@ class OutcomeRow:
     buckets: tuple[int, ...]  # oldest first, ``bucket_s`` each, over the window
 
 
-@dataclass(frozen=True)
-class UsageRow:
-    tenant: str
-    day: str  # YYYY-MM-DD, UTC
-    completed: int
-    failed: int
-    audio_s: float
-    video_s: float
-    output_bytes: int
-
-
 def _lane():
     return case((Job.batch_id.is_(None), INTERACTIVE), else_=BULK_LANE)
 
@@ -62,16 +51,6 @@ def _epoch(column, dialect: str):
     if dialect == "sqlite":
         return cast(func.strftime("%s", column), Integer)
     return extract("epoch", column)
-
-
-def _seconds(media, kind: JobKind):
-    return func.coalesce(func.sum(media.c.seconds).filter(Job.kind == kind.value), 0)
-
-
-def _day(column, dialect: str):
-    if dialect == "sqlite":
-        return func.date(column)
-    return func.to_char(func.timezone("UTC", column), "YYYY-MM-DD")
 
 
 class ActivityRepository:
@@ -115,27 +94,6 @@ class ActivityRepository:
                 for (p, st, code), c in sorted(grouped.items(), key=lambda kv: (
                     kv[0][0], kv[0][1], kv[0][2] or ""))]
 
-    def usage(self, tenant_id: str | None, days: int) -> list[UsageRow]:
-        """Per tenant and day (UTC): jobs finished and the media their outputs hold."""
-        since = datetime.now(UTC) - timedelta(days=days)
-        with self._sessions() as s:
-            day = _day(Job.completed_at, self._dialect(s)).label("day")
-            media = (select(Output.job_id, func.sum(Output.duration_s).label("seconds"),
-                            func.sum(Output.bytes).label("bytes"))
-                     .group_by(Output.job_id).subquery())
-            done = Job.status == JobStatus.COMPLETED.value
-            rows = s.execute(select(
-                Tenant.name, day, func.count().filter(done),
-                func.count().filter(Job.status == JobStatus.FAILED.value),
-                _seconds(media, JobKind.SPEECH), _seconds(media, JobKind.VIDEO),
-                func.coalesce(func.sum(media.c.bytes), 0))
-                .join(Tenant, Tenant.id == Job.tenant_id)
-                .outerjoin(media, media.c.job_id == Job.id).where(
-                Job.completed_at >= since, tenant_is(Job.tenant_id, tenant_id),
-                Job.status.in_((JobStatus.COMPLETED.value, JobStatus.FAILED.value)))
-                .group_by(Tenant.name, "day").order_by(day.desc(), Tenant.name)).all()
-        return [UsageRow(t, str(d), c, f, float(a), float(v), int(b))
-                for t, d, c, f, a, v, b in rows]
 
 
 def _utc(value: datetime | None) -> datetime | None:

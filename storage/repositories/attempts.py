@@ -14,7 +14,8 @@ from core.errors import MESSAGE_LIMIT
 from ..models import Job, JobAttempt, UTCDateTime
 from ..records import JobAttemptRecord
 
-COMPLETED, FAILED, RETRIED, CANCELLED = "completed", "failed", "retried", "cancelled"
+COMPLETED, FAILED, RETRIED, CANCELLED, EXPIRED = (
+    "completed", "failed", "retried", "cancelled", "expired")
 
 # Built once, like the claim it follows (a worker claims often).
 _OPEN = insert(JobAttempt).values(
@@ -29,12 +30,24 @@ def open_attempt(s: Session, job_id: str, attempt: int, worker_id: str | None,
 
 
 def close_attempt(s: Session, job_id: str, now: datetime, outcome: str,
-                  code: str | None = None, message: str | None = None) -> None:
-    """End the job's open attempt, if it has one (a queued job has none)."""
+                  code: str | None = None, message: str | None = None,
+                  render: tuple[float, str | None] | None = None) -> None:
+    """End the job's open attempt, if it has one (a queued job has none); ``render``:
+    the worker's (wall seconds in the pipeline, device) for it, when a worker ends it."""
+    timing = {"render_s": render[0], "device": render[1]} if render else {}
     s.execute(update(JobAttempt).where(JobAttempt.job_id == job_id,
                                        JobAttempt.ended_at.is_(None)).values(
         ended_at=now, outcome=outcome, error_code=code[:64] if code else None,
-        error_message=message[:MESSAGE_LIMIT] if message else None))
+        error_message=message[:MESSAGE_LIMIT] if message else None, **timing))
+
+
+def record_render(s: Session, job_id: str, attempt: int, render_s: float,
+                  device: str | None) -> bool:
+    """A worker's time for an attempt that someone else ended (a cancel): written once,
+    never over a time the worker already recorded. True if it was written."""
+    return s.execute(update(JobAttempt).where(
+        JobAttempt.job_id == job_id, JobAttempt.attempt == attempt,
+        JobAttempt.render_s.is_(None)).values(render_s=render_s, device=device)).rowcount == 1
 
 
 def close_batch_attempts(s: Session, batch_id: str, now: datetime) -> None:
@@ -50,5 +63,6 @@ def attempts_of(s: Session, job_id: str) -> list[JobAttemptRecord]:
                      .order_by(JobAttempt.attempt)).all()
     return [JobAttemptRecord(attempt=a.attempt, worker_id=a.worker_id,
                              claimed_at=a.claimed_at, ended_at=a.ended_at, outcome=a.outcome,
-                             error_code=a.error_code, error_message=a.error_message)
+                             error_code=a.error_code, error_message=a.error_message,
+                             render_s=a.render_s, device=a.device)
             for a in rows]

@@ -30,12 +30,14 @@ from ..records import (
     NewFile,
     RejectionRecord,
     RequestCounts,
+    UsageRecord,
 )
 from .bulk import insert_rows
 from .files import add_file
 from .jobs import ID_PREFIX, cancel_batch_jobs
 from .jobs import _record as job_record
 from .scope import tenant_is
+from .usage import batch_sums
 from .webhooks import stage_batch_event
 
 ACTIVE = (BatchStatus.VALIDATING, BatchStatus.IN_PROGRESS, BatchStatus.FINALIZING,
@@ -81,7 +83,8 @@ def _cursor(s: Session, tenant_id: str | None, after: str):
     return row
 
 
-def _record(b: Batch, counts: RequestCounts | None = None) -> BatchRecord:
+def _record(b: Batch, counts: RequestCounts | None = None,
+            usage: UsageRecord | None = None) -> BatchRecord:
     return BatchRecord(
         id=b.id, tenant_id=b.tenant_id, endpoint=b.endpoint, input_file_id=b.input_file_id,
         completion_window=b.completion_window, status=BatchStatus(b.status),
@@ -91,12 +94,12 @@ def _record(b: Batch, counts: RequestCounts | None = None) -> BatchRecord:
         created_at=b.created_at, expires_at=b.expires_at, in_progress_at=b.in_progress_at,
         finalizing_at=b.finalizing_at, completed_at=b.completed_at, failed_at=b.failed_at,
         expired_at=b.expired_at, cancelling_at=b.cancelling_at, cancelled_at=b.cancelled_at,
-        output_expires_after_s=b.output_expires_after_s)
+        output_expires_after_s=b.output_expires_after_s, usage=usage)
 
 
 def _counts(s: Session, batches: list[Batch]) -> dict[str, RequestCounts]:
     """Live counts for unfinished batches (finished ones keep the counts they ended
-    with): a cancelled or failed job counts as failed, as does a refused line."""
+    with): a cancelled, expired or failed job counts as failed, as does a refused line."""
     live = [b for b in batches if BatchStatus(b.status) in ACTIVE]
     if not live:
         return {}
@@ -107,7 +110,8 @@ def _counts(s: Session, batches: list[Batch]) -> dict[str, RequestCounts]:
     return {b.id: RequestCounts(
         total=b.total, completed=by_status[b.id].get(JobStatus.COMPLETED.value, 0),
         failed=b.rejected + sum(by_status[b.id].get(st.value, 0)
-                                for st in (JobStatus.FAILED, JobStatus.CANCELLED)))
+                                for st in (JobStatus.FAILED, JobStatus.CANCELLED,
+                                           JobStatus.EXPIRED)))
         for b in live}
 
 
@@ -150,7 +154,10 @@ class BatchRepository:
             if tenant_id is not None:
                 q = q.where(Batch.tenant_id == tenant_id)
             batch = s.scalar(q)
-            return _record(batch, _counts(s, [batch]).get(batch.id)) if batch else None
+            if batch is None:
+                return None
+            return _record(batch, _counts(s, [batch]).get(batch.id),
+                           batch_sums(s, [batch.id]).get(batch.id))
 
     def list(self, tenant_id: str | None, *, after: str | None = None, limit: int = 20
              ) -> tuple[list[BatchRecord], bool]:
@@ -165,7 +172,9 @@ class BatchRepository:
             rows = s.scalars(q.order_by(Batch.created_at.desc(), Batch.id.desc())
                              .limit(limit + 1)).all()
             counts = _counts(s, list(rows[:limit]))
-            return [_record(b, counts.get(b.id)) for b in rows[:limit]], len(rows) > limit
+            sums = batch_sums(s, [b.id for b in rows[:limit]])
+            return ([_record(b, counts.get(b.id), sums.get(b.id)) for b in rows[:limit]],
+                    len(rows) > limit)
 
     def cancel(self, batch_id: str, tenant_id: str) -> BatchRecord | None:
         """validating|in_progress -> cancelling, and every queued or running job of the
@@ -219,7 +228,7 @@ class BatchRepository:
         with self._sessions.begin() as s:
             if s.execute(base.where(Batch.expires_at < now).values(
                     expired_at=now, **lease)).rowcount == 1:
-                cancel_batch_jobs(s, batch_id, now)
+                cancel_batch_jobs(s, batch_id, now, JobStatus.EXPIRED)
                 return token
             if s.execute(base.where(~_unfinished()).values(**lease)).rowcount == 1:
                 return token

@@ -30,11 +30,12 @@ from ..records import (
     OutputRecord,
 )
 from . import attempts as history
+from . import usage as metering
 from .outbox import _record as outbox_record
 from .outbox import add_render, new_token
 from .quotas import Quotas
 from .submits import ID_PREFIX, Submitted, insert_many
-from .webhooks import stage_job_event, subscribe_job
+from .webhooks import stage_job_event, subscribe_job, withdraw_event
 
 
 def _now() -> datetime:
@@ -53,6 +54,8 @@ def _record(j: Job, outputs: tuple[OutputRecord, ...] | None = None) -> JobRecor
         completed_at=j.completed_at, lease_expires_at=j.lease_expires_at,
         idempotency_key=j.idempotency_key, dispatch_token=j.dispatch_token,
         expires_at=j.expires_at, outputs_deleted_at=j.outputs_deleted_at,
+        start_by=j.start_by, max_run_s=j.max_run_s,
+        usage=metering.record(getattr(j, "usage", None)),  # a claimed row has none
         outputs=outputs if outputs is not None else tuple(OutputRecord(
             index=o.index, key=o.key, content_type=o.content_type, bytes=o.bytes,
             sha256=o.sha256, duration_s=o.duration_s, sample_rate=o.sample_rate,
@@ -90,18 +93,28 @@ def _filtered(q, f: JobFilter):
     return q
 
 
-def cancel_batch_jobs(s: Session, batch_id: str, now: datetime) -> int:
-    """queued|running -> cancelled for every unfinished job of a batch, in one statement
-    of the caller's transaction (a running job's worker stops at its next heartbeat).
-    The batch's own event reports it; no per-job events. The jobs first, then their open
-    attempts: the order a worker's transitions lock them in, so the two never deadlock."""
+def cancel_batch_jobs(s: Session, batch_id: str, now: datetime,
+                      status: JobStatus = JobStatus.CANCELLED) -> int:
+    """queued|running -> cancelled (or ``expired``: the batch's window passed) for every
+    unfinished job of a batch, in one statement of the caller's transaction (a running
+    job's worker stops at its next heartbeat, and reports its time then). The batch's own
+    event reports it; no per-job events. The jobs first, then their open attempts: the
+    order a worker's transitions lock them in, so the two never deadlock."""
     cancelled = s.execute(update(Job).where(
         Job.batch_id == batch_id,
         Job.status.in_([JobStatus.QUEUED.value, JobStatus.RUNNING.value])).values(
-        status=JobStatus.CANCELLED.value, completed_at=now, updated_at=now,
+        status=status.value, completed_at=now, updated_at=now,
         lease_expires_at=None)).rowcount
     history.close_batch_attempts(s, batch_id, now)
     return cancelled
+
+
+def _ended_event(kind: str, status: JobStatus) -> str:
+    """The webhook event of a job that ended by a deadline: a video reports what
+    ``/v1/videos`` shows (``failed``); speech its own status where an event has it."""
+    if kind == JobKind.VIDEO.value or status is JobStatus.EXPIRED:
+        return "failed"
+    return status.value
 
 
 def _claim_statement(with_token: bool):
@@ -161,7 +174,7 @@ class JobRepository:
                   status=JobStatus.QUEUED.value, progress=0, request=new.request,
                   metadata_=new.metadata, idempotency_key=new.idempotency_key, attempts=0,
                   max_attempts=new.max_attempts, created_at=now, updated_at=now,
-                  dispatch_token=new_token())
+                  dispatch_token=new_token(), start_by=new.start_by, max_run_s=new.max_run_s)
         try:
             with self._sessions.begin() as s:
                 if self._quotas is not None:
@@ -269,9 +282,10 @@ class JobRepository:
             return conn.execute(_HEARTBEAT[progress is not None], params).rowcount == 1
 
     def complete(self, job_id: str, attempt: int, outputs: list[OutputRecord],
-                 output_ttl_s: float) -> bool:
-        """Outputs + running -> completed in one transaction; nothing written if we lost.
-        The outputs expire ``output_ttl_s`` after completion.
+                 output_ttl_s: float, render: tuple[float, str | None] | None = None) -> bool:
+        """Outputs + running -> completed + the usage record in one transaction; nothing
+        written if we lost. The outputs expire ``output_ttl_s`` after completion;
+        ``render``: the worker's (seconds in the pipeline, device) for this attempt.
 
         A dropped connection is ServiceUnavailable (retryable): the caller may try again.
         """
@@ -286,11 +300,13 @@ class JobRepository:
             s.execute(delete(Output).where(Output.job_id == job_id))
             s.add_all(Output(job_id=job_id, created_at=now, **asdict(o)) for o in outputs)
             stage_job_event(s, job_id, "completed")
-            history.close_attempt(s, job_id, now, history.COMPLETED)
+            history.close_attempt(s, job_id, now, history.COMPLETED, render=render)
+            metering.settle(s, job_id, now)
             return True
 
     def fail(self, job_id: str, code: str, message: str, *, attempt: int | None = None,
-             from_status: JobStatus = JobStatus.RUNNING, only_if_expired: bool = False) -> bool:
+             from_status: JobStatus = JobStatus.RUNNING, only_if_expired: bool = False,
+             render: tuple[float, str | None] | None = None) -> bool:
         now = _now()
         q = update(Job).where(Job.id == job_id, Job.status == from_status.value)
         if attempt is not None:
@@ -304,12 +320,74 @@ class JobRepository:
                 lease_expires_at=None)).rowcount == 1
             if failed:
                 stage_job_event(s, job_id, "failed")
-                history.close_attempt(s, job_id, now, history.FAILED, code, message)
+                history.close_attempt(s, job_id, now, history.FAILED, code, message, render)
+                metering.settle(s, job_id, now)
             return failed
 
+    def cancel_overdue(self, job_id: str, attempt: int, message: str,
+                       render: tuple[float, str | None] | None = None) -> bool:
+        """running -> cancelled with ``deadline_exceeded``: the attempt ran past the
+        caller's ``max_run_s``. Never retried."""
+        return self._end(self._running(job_id, attempt), job_id, JobStatus.CANCELLED,
+                         "deadline_exceeded", message, history.CANCELLED, render)
+
+    def expire_claimed(self, job_id: str, attempt: int, message: str) -> bool:
+        """running -> expired for an attempt claimed after the job's start deadline: it
+        never runs. The claim's ``started`` event, not yet sent, is withdrawn."""
+        return self._end(self._running(job_id, attempt), job_id, JobStatus.EXPIRED,
+                         "start_deadline_exceeded", message, history.EXPIRED, (0.0, None),
+                         withdraw_started=True)
+
+    def expire_queued(self, limit: int = 100) -> list[str]:
+        """queued -> expired for jobs whose start deadline has passed (the maintenance
+        sweep), one compare-and-set each; the ids it expired."""
+        now = _now()
+        with self._sessions() as s:
+            due = s.scalars(select(Job.id).where(
+                Job.status == JobStatus.QUEUED.value, Job.start_by.is_not(None),
+                Job.start_by < now, Job.started_at.is_(None))  # a retry has started
+                .order_by(Job.start_by).limit(limit)).all()
+        return [job_id for job_id in due if self._end(
+            update(Job).where(Job.id == job_id, Job.status == JobStatus.QUEUED.value,
+                              Job.started_at.is_(None)),
+            job_id, JobStatus.EXPIRED, "start_deadline_exceeded",
+            "the job did not start before its start deadline", history.EXPIRED, None)]
+
+    def _end(self, q, job_id: str, status: JobStatus, code: str, message: str,
+             outcome: str, render: tuple[float, str | None] | None,
+             withdraw_started: bool = False) -> bool:
+        """A deadline's end of the job (``q`` says which row), its event, its attempt's
+        end and its usage record, in one transaction."""
+        now = _now()
+        with self._sessions.begin() as s:
+            kind = s.scalar(q.values(
+                status=status.value, error_code=code, error_message=message[:MESSAGE_LIMIT],
+                completed_at=now, updated_at=now, lease_expires_at=None).returning(Job.kind))
+            if kind is None:
+                return False
+            if withdraw_started:
+                withdraw_event(s, job_id, f"{kind}.started")
+            stage_job_event(s, job_id, _ended_event(kind, status))
+            history.close_attempt(s, job_id, now, outcome, code, message, render)
+            metering.settle(s, job_id, now)
+            return True
+
+    def record_render(self, job_id: str, attempt: int, render_s: float,
+                      device: str | None) -> bool:
+        """A worker's time for an attempt that ended without it (cancelled): recorded on
+        the attempt, and the job's usage record rewritten if the job has ended."""
+        now = _now()
+        with self._sessions.begin() as s:
+            if not history.record_render(s, job_id, attempt, render_s, device):
+                return False
+            status = s.scalar(select(Job.status).where(Job.id == job_id))
+            if status is not None and JobStatus(status).terminal:
+                metering.settle(s, job_id, now)
+            return True
+
     def requeue(self, job_id: str, attempt: int, *, queue: str, delay_s: float,
-                code: str, message: str, only_if_expired: bool = False
-                ) -> OutboxRecord | None:
+                code: str, message: str, only_if_expired: bool = False,
+                render: tuple[float, str | None] | None = None) -> OutboxRecord | None:
         """running -> queued for a retry, with its render message, in one transaction.
 
         ``only_if_expired`` (the reaper) also requires the lease to have run out, so a
@@ -318,7 +396,8 @@ class JobRepository:
         q = self._running(job_id, attempt)
         if only_if_expired:
             q = q.where(Job.lease_expires_at < _now())
-        return self._to_queue(q, job_id, queue, delay_s, code=code, message=message)
+        return self._to_queue(q, job_id, queue, delay_s, code=code, message=message,
+                              render=render)
 
     def hand_back(self, job_id: str, attempt: int, *, queue: str) -> OutboxRecord | None:
         """running -> queued at once, from a worker that stops (drain) before the job is
@@ -331,7 +410,8 @@ class JobRepository:
                               "job was done and handed it back", max_attempts=Job.max_attempts + 1)
 
     def _to_queue(self, q, job_id: str, queue: str, delay_s: float, *, code: str,
-                  message: str, **values: Any) -> OutboxRecord | None:
+                  message: str, render: tuple[float, str | None] | None = None,
+                  **values: Any) -> OutboxRecord | None:
         """running -> queued (``q`` says which row) with a new token, and its render
         message in the same transaction."""
         now, token = _now(), new_token()
@@ -342,7 +422,7 @@ class JobRepository:
                 error_message=message[:MESSAGE_LIMIT], dispatch_token=token, **values))
             if res.rowcount != 1:
                 return None
-            history.close_attempt(s, job_id, now, history.RETRIED, code, message)
+            history.close_attempt(s, job_id, now, history.RETRIED, code, message, render)
             return outbox_record(add_render(s, job_id, queue, token, delay_s))
 
     def cancel(self, job_id: str, tenant_id: str) -> JobRecord | None:
@@ -356,6 +436,7 @@ class JobRepository:
                     lease_expires_at=None)).rowcount == 1:
                 stage_job_event(s, job_id, "cancelled")
                 history.close_attempt(s, job_id, now, history.CANCELLED)
+                metering.settle(s, job_id, now)
         return self.get(job_id, tenant_id)
 
     def attempts(self, job_id: str) -> list[JobAttemptRecord]:

@@ -103,6 +103,20 @@ def stage_job_event(s: Session, job_id: str, event: str, job: Job | None = None)
     _stage(s, job.tenant_id, job_id, event_type, targets, endpoints_known=True)
 
 
+def withdraw_event(s: Session, job_id: str, event_type: str) -> None:
+    """Remove a job's event none of whose deliveries has been tried yet, in the caller's
+    transaction (a claim's ``started`` for a job that then expired without running). A
+    delivery already attempted stays: what was sent cannot be unsent."""
+    tried = select(WebhookDelivery.id).where(WebhookDelivery.event_id == WebhookEvent.id,
+                                             WebhookDelivery.attempts > 0)
+    ids = s.scalars(select(WebhookEvent.id).where(
+        WebhookEvent.job_id == job_id, WebhookEvent.type == event_type,
+        ~tried.exists())).all()
+    if ids:
+        s.execute(delete(WebhookDelivery).where(WebhookDelivery.event_id.in_(ids)))
+        s.execute(delete(WebhookEvent).where(WebhookEvent.id.in_(ids)))
+
+
 def stage_batch_event(s: Session, tenant_id: str, batch_id: str, event_type: str) -> None:
     """A ``batch.*`` event for the tenant's registered endpoints, in the caller's
     transaction (the batch's terminal transition). ``job_id`` holds the batch's id."""

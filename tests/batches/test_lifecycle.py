@@ -1,11 +1,13 @@
 """Cancelling a batch mid-run, and a batch outliving its completion window: unfinished
-jobs are cancelled, finished results stay, and every count matches the files."""
+jobs are cancelled (or, past the window, expired), finished results stay, and every count
+matches the files."""
 
 from __future__ import annotations
 
 import io
 import time
 
+import pytest
 from sqlalchemy import text
 
 from ..webhooks.receiver import verify
@@ -60,8 +62,10 @@ def test_a_finished_batch_cannot_be_cancelled(sdk, client):
     assert resp.status_code == 409 and resp.json()["error"]["code"] == "batch_not_cancellable"
 
 
-def test_expired_batch_cancels_the_rest_and_keeps_what_finished(sdk, db, receiver):
-    """test-slow has no worker here: its lines wait until the window closes."""
+def test_expired_batch_expires_the_rest_and_keeps_what_finished(sdk, db, receiver, client):
+    """test-slow has no worker here: its lines wait until the window closes, then end
+    ``expired`` (OpenAI's ``batch_expired`` lines in the error file); the batch's usage
+    is the sum of its finished jobs'."""
     endpoint = sdk.webhooks.create(name="expiry", url=receiver.url("/expired"),
                                    event_types=["batch.expired"])
     lines = [speech_line("fast-0", input="Done in time."),
@@ -80,7 +84,12 @@ def test_expired_batch_cancels_the_rest_and_keeps_what_finished(sdk, db, receive
     assert [x["custom_id"] for x in ok] == ["fast-0", "fast-1"]
     assert [(x["custom_id"], x["error"]["code"]) for x in bad] == [
         ("slow-0", "batch_expired"), ("slow-1", "batch_expired")]
-    assert batch_jobs(db, batch.id) == {"completed": 2, "cancelled": 2}
+    assert batch_jobs(db, batch.id) == {"completed": 2, "expired": 2}
+    usage = client.get(f"/v1/batches/{batch.id}").json()["usage"]
+    jobs = [x["response"]["body"]["usage"] for x in ok]
+    assert usage["render_seconds"] == pytest.approx(sum(u["render_seconds"] for u in jobs))
+    assert usage["bytes"] == sum(u["bytes"] for u in jobs) > 0
+    assert usage["attempts"] == 2
     event = verify(receiver.wait_for("/expired")[0], endpoint.signing_secret)
     assert (event["type"], event["data"]["id"], event["data"]["status"]) == (
         "batch.expired", batch.id, "expired")

@@ -193,7 +193,7 @@ def test_completion_and_expiry_end_the_batch_with_files_and_an_event(repos):
         s.execute(update(Batch).where(Batch.id == late.id).values(
             expires_at=datetime.now(UTC) - timedelta(seconds=1)))
     token = repos.batches.begin_finalize(late.id, LEASE_S)
-    assert token and repos.count(Job, Job.batch_id == late.id, Job.status == "cancelled") == 2
+    assert token and repos.count(Job, Job.batch_id == late.id, Job.status == "expired") == 2
     ended = repos.batches.finish(late.id, token, None, None)
     assert ended.status is BatchStatus.EXPIRED and ended.expired_at is not None
     assert (ended.counts.completed, ended.counts.failed) == (1, 2)
