@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -65,7 +66,7 @@ def prepare(url: str, scale: float | None) -> dict:
         one = conn.execute("SELECT id FROM jobs WHERE tenant_id = %s ORDER BY id LIMIT 1",
                            (tenant,)).fetchone()[0]
         claimable = [r[0] for r in conn.execute(
-            "SELECT id FROM jobs WHERE id LIKE 'job_wq%%' ORDER BY id")]
+            "SELECT id FROM jobs WHERE metadata->>'set' = 'wq' ORDER BY id")]
         size = conn.execute("SELECT pg_size_pretty(pg_database_size(current_database()))"
                             ).fetchone()[0]
     return {"tenant": tenant, "key": key, "cursor_page_100": cursor, "job_id": one,
@@ -173,6 +174,7 @@ def main() -> None:
     args.results_dir.mkdir(parents=True, exist_ok=True)
     with ExitStack() as stack:
         home = Path(tempfile.mkdtemp(prefix="omnijobs-costflat-"))
+        stack.callback(shutil.rmtree, home, ignore_errors=True)
         urls = {"empty": svc.database(stack), "loaded": svc.database(stack)}
         infos = {"empty": prepare(urls["empty"], None),
                  "loaded": prepare(urls["loaded"], args.scale)}
