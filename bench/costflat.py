@@ -19,6 +19,7 @@ import argparse
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -57,7 +58,7 @@ def prepare(url: str, scale: float | None) -> dict:
     """Migrated, keyed and loaded; what the reads need to know about it."""
     upgrade(url)
     tenant, key = KeyRepository(make_sessionmaker(make_engine(url))).create_key("bench")
-    t0 = time.monotonic()
+    t0, loaded_at = time.monotonic(), time.time()
     load(url, tenant, scale)
     with psycopg.connect(url) as conn:
         cursor = conn.execute(
@@ -69,8 +70,9 @@ def prepare(url: str, scale: float | None) -> dict:
             "SELECT id FROM jobs WHERE metadata->>'set' = 'wq' ORDER BY id")]
         size = conn.execute("SELECT pg_size_pretty(pg_database_size(current_database()))"
                             ).fetchone()[0]
-    return {"tenant": tenant, "key": key, "cursor_page_100": cursor, "job_id": one,
-            "claimable": claimable, "load_s": round(time.monotonic() - t0, 1), "size": size}
+    return {"tenant": tenant, "key": key, "loaded_at": loaded_at, "cursor_page_100": cursor,
+            "job_id": one, "claimable": claimable, "size": size,
+            "load_s": round(time.monotonic() - t0, 1)}
 
 
 def http_figures(bases: dict[str, str], infos: dict[str, dict], n: int) -> dict:
@@ -163,11 +165,12 @@ def main() -> None:
     ap.add_argument("--scale", type=float, default=1.0,
                     help="history size: 1 = 1,000,000 finished + 100,000 queued jobs")
     ap.add_argument("--ref", help="also measure this commit's code on its own schema")
-    ap.add_argument("--samples", type=int, default=200, help="per in-process figure")
-    ap.add_argument("--http-samples", type=int, default=200, help="per HTTP figure; 0: none")
-    ap.add_argument("--claims", type=int, default=200)
+    ap.add_argument("--samples", type=int, default=100, help="per in-process figure")
+    ap.add_argument("--http-samples", type=int, default=100, help="per HTTP figure; 0: none")
+    ap.add_argument("--claims", type=int, default=100)
     ap.add_argument("--results-dir", type=Path, default=ROOT / "bench" / "results")
     args = ap.parse_args()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # clean up as on Ctrl-C
     phases_n = 2 if args.ref else 1
     if phases_n * (args.claims + 3) > CLAIMABLE:
         ap.error(f"at most {CLAIMABLE // phases_n - 3} claims per phase")

@@ -126,8 +126,13 @@ def history(scale: float, bench_tenant: str) -> list[str]:
     status = ("CASE WHEN i % 100 < 90 THEN 'completed' WHEN i % 100 < 97 THEN 'failed' "
               "ELSE 'cancelled' END")
     # older than the working set's pages; 29 days spread, in no particular order
-    created = (f"now() - interval '4 hours' - ((i::bigint * 7919) % {n})::float / {n}"
-               " * interval '29 days'")
+    spread = (f"now() - interval '4 hours' - ((i::bigint * 7919) % {n})::float / {n}"
+              " * interval '29 days'")
+    # none completed within three hours of its outputs' expiry: for the hours a run
+    # takes, retention's due rows are the working set's alone, in both databases
+    created = (f"CASE WHEN {spread} > now() - interval '7 days 10 minutes' AND {spread} < "
+               f"now() - interval '7 days' + interval '3 hours' THEN {spread} - "
+               f"interval '4 hours' ELSE {spread} END")
     deleted = ("CASE WHEN status = 'completed' AND created_at < now() - interval '7 days "
                "10 minutes' THEN created_at + interval '7 days 10 minutes' END")
     pipeline = ("CASE WHEN i % 4 < 2 THEN 'piper-joe' WHEN i % 4 = 2 THEN 'minimax-h3' "

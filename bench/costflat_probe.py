@@ -46,12 +46,15 @@ class Side:
             "list_page_1_sql": lambda: self.jobs.find(JobFilter(tenant), limit=100),
             "list_page_100_sql": lambda: self.jobs.find(JobFilter(tenant), after=cursor,
                                                         limit=100),
+            # a day's lease: the claimed jobs never become the reaper's
             "claim": lambda: self.jobs.claim(self.claimable.pop(), "bench-" + uuid.uuid4().hex,
-                                             60.0),
+                                             86400.0),
             "lease_reaper": lambda: self.jobs.expired_leases(),
             "retention_outputs_to_expire": lambda: self.jobs.outputs_to_expire(),
             "retention_finished_before": lambda: self.jobs.finished_before(30 * 86400.0),
-            "stale_queued": lambda: self.jobs.stale_queued(900.0),
+            # the cutoff as of the load: the backlog (minutes old then) is not stale yet
+            "stale_queued": lambda: self.jobs.stale_queued(
+                900.0 + time.time() - self.info["loaded_at"]),
             "submit_quota_count": lambda: self._quota(new),
             "metrics_scrape": lambda: self.workers.serving(
                 list(self.queues.signals(PIPELINES, 60.0).running)),

@@ -316,6 +316,7 @@ def main() -> None:
                     help="only the idle streams' memory, with the allocation sites")
     ap.add_argument("--results-dir", type=Path, default=ROOT / "bench" / "results")
     args = ap.parse_args()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # clean up as on Ctrl-C
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     need = 2 * (args.streams + args.waits) + 1024  # both ends live on this machine
     if soft < need:  # inherited by the API process
