@@ -75,6 +75,16 @@ def prepare(url: str, scale: float | None) -> dict:
             "load_s": round(time.monotonic() - t0, 1)}
 
 
+def start_api(tree: svc.Tree, env: dict, home: Path, name: str) -> tuple[svc.Process, str]:
+    """``omnijobs api`` on a free port, given the time a busy machine may need."""
+    port = svc.free_port()
+    process = svc.spawn(name, [sys.executable, "-m", "omnijobs.cli", "api", "--port",
+                               str(port)], env, tree.path, home)
+    base = f"http://127.0.0.1:{port}"
+    svc.wait_ready(process, svc.http_ok(f"{base}/readyz"), 600)
+    return process, base
+
+
 def http_figures(bases: dict[str, str], infos: dict[str, dict], n: int) -> dict:
     clients = {name: httpx.Client(base_url=base, timeout=60, headers={
         "Authorization": f"Bearer {infos[name]['key']}"}) for name, base in bases.items()}
@@ -108,12 +118,12 @@ def run_phase(tree: svc.Tree, urls: dict[str, str], infos: dict[str, dict], clai
         for i, (name, url) in enumerate(urls.items()):
             env = svc.omnijobs_env(tree, url, redis.db(i + 1), sw, home / name)
             (home / name).mkdir(exist_ok=True)
-            proc, bases[name] = svc.start_api(tree, env, home, name=f"api-{name}")
-            procs.append(proc)
+            procs.append(start_api(tree, env, home, f"api-{name}"))
+            bases[name] = procs[-1][1]
         try:
             figures.update(http_figures(bases, infos, args.http_samples))
         finally:
-            for proc in procs:
+            for proc, _ in procs:
                 proc.stop()
     setup = {name: {"url": url, "info": {**infos[name],
                                          "claimable": infos[name]["claimable"][claims]}}

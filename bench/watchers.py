@@ -42,13 +42,14 @@ from tests.services import ROOT
 from . import services as svc
 
 COMPLETED = b'"status":"completed"'
-# ``--tracemalloc``: the API under tracemalloc, a snapshot written on each SIGUSR1 (the
-# handler runs in the event loop's thread, between two callbacks).
+# ``--tracemalloc``: the API with a snapshot written on each SIGUSR1, tracing from the
+# first (the handler runs in the event loop's thread, between two callbacks).
 TRACED_API = """
 import os, signal, sys, tracemalloc
-tracemalloc.start(6)
 taken = []
 def dump(*_):
+    if not taken:  # tracing starts here: what the watchers add is all that is traced
+        tracemalloc.start(6)
     taken.append(1)
     tracemalloc.take_snapshot().dump(os.environ["BENCH_SNAPSHOT"] + str(len(taken)))
 signal.signal(signal.SIGUSR1, dump)
@@ -177,12 +178,14 @@ def pct(values: list[float], q: float) -> float:
     return s[min(len(s) - 1, round(q * (len(s) - 1)))] if s else float("nan")
 
 
-async def until(check, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
+async def until(check, timeout: float, what: str, progress=None) -> None:
+    start = time.monotonic()
     while not check():
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"timed out waiting for {what}")
+        if time.monotonic() > start + timeout:
+            raise RuntimeError(f"timed out waiting for {what}"
+                               + (f" ({progress()})" if progress else ""))
         await asyncio.sleep(0.1)
+    print(f"{what}: {time.monotonic() - start:.1f} s", flush=True)
 
 
 def snapshot(pid: int, path: str, n: int) -> None:
@@ -205,6 +208,29 @@ def where_memory_goes(path: str, per: int, top: int = 12) -> list[str]:
     return [f"{st.size_diff / per / 1024:.2f} KiB/stream, {st.count_diff / per:.1f} blocks: "
             + " <- ".join(f"{Path(f.filename).name}:{f.lineno}" for f in st.traceback[:4])
             for st in stats]
+
+
+async def complete_all(env: dict, work: list[tuple[str, bool]], args) -> dict[str, float]:
+    """Run the completer processes; each job's commit time, as they report it."""
+    ctx = mp.get_context("spawn")
+    results = ctx.Queue()
+    completers = [ctx.Process(target=complete_jobs, args=(
+        env, work[i::args.completers], args.rate / args.completers, results))
+        for i in range(args.completers)]
+    for c in completers:
+        c.start()
+    committed: dict[str, float] = {}
+    loop = asyncio.get_running_loop()
+    ended = 0
+    while ended < len(completers):
+        item = await loop.run_in_executor(None, results.get)
+        if item is None:
+            ended += 1
+        else:
+            committed[item[0]] = item[1]
+    for c in completers:
+        c.join()
+    return committed
 
 
 async def run(args, base: str, key: str, pid: int, pg: str, env: dict) -> dict:
@@ -235,7 +261,8 @@ async def run(args, base: str, key: str, pid: int, pg: str, env: dict) -> dict:
         tasks += [asyncio.create_task(clients.stream(j)) for j in stream_ids[i:i + 100]]
         await asyncio.sleep(0.05)
     await until(lambda: len(clients.connected) + len(clients.errors) >= len(stream_ids), 300,
-                "the streams")
+                "the streams", lambda: f"{len(clients.connected)} connected, "
+                f"{len(clients.errors)} failed: {clients.errors[:3]}")
     await asyncio.sleep(args.settle)
     streams_rss = rss_kib(pid)
     if args.tracemalloc:
@@ -264,16 +291,11 @@ async def run(args, base: str, key: str, pid: int, pg: str, env: dict) -> dict:
     sampler.phase = "completing"
     work = [(j, False) for j in stream_ids] + [(j, True) for j in wait_ids]
     random.Random(7).shuffle(work)
-    results = mp.get_context("spawn").Queue()
-    completer = mp.get_context("spawn").Process(target=complete_jobs,
-                                                args=(env, work, args.rate, results))
-    completer.start()
-    committed: dict[str, float] = {}
-    loop = asyncio.get_running_loop()
-    while (item := await loop.run_in_executor(None, results.get)) is not None:
-        committed[item[0]] = item[1]
-    completer.join()
-    await asyncio.wait(tasks, timeout=60)
+    work = work[:args.complete]  # the others keep watching, idle, to the end
+    committed = await complete_all(env, work, args)
+    await asyncio.wait(tasks, timeout=10)
+    for t in tasks:
+        t.cancel()
     sampler.phase = "end"
     sampler.done.set()
     sampler.join()
@@ -285,6 +307,7 @@ async def run(args, base: str, key: str, pid: int, pg: str, env: dict) -> dict:
             lat["wait" if label else "stream"].append((seen - at) * 1000)
     return {
         "streams": args.streams, "waits": args.waits, "rate_per_s": args.rate,
+        "completed": len(committed),
         "errors": clients.errors[:20], "error_count": len(clients.errors),
         "latency_ms": {k: {"n": len(v), "p50": pct(v, .5), "p99": pct(v, .99),
                            "max": max(v, default=float("nan")),
@@ -311,6 +334,9 @@ def main() -> None:
     ap.add_argument("--streams", type=int, default=2000)
     ap.add_argument("--waits", type=int, default=500)
     ap.add_argument("--rate", type=float, default=100.0, help="completions per second")
+    ap.add_argument("--complete", type=int, default=500,
+                    help="jobs completed (at random among the watched ones)")
+    ap.add_argument("--completers", type=int, default=4, help="completing processes")
     ap.add_argument("--settle", type=float, default=3.0, help="idle seconds before a reading")
     ap.add_argument("--tracemalloc", action="store_true",
                     help="only the idle streams' memory, with the allocation sites")
