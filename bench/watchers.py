@@ -22,6 +22,7 @@ import asyncio
 import json
 import multiprocessing as mp
 import os
+import queue
 import random
 import resource
 import shutil
@@ -223,7 +224,10 @@ async def complete_all(env: dict, work: list[tuple[str, bool]], args) -> dict[st
     loop = asyncio.get_running_loop()
     ended = 0
     while ended < len(completers):
-        item = await loop.run_in_executor(None, results.get)
+        try:  # a bounded get: a thread left blocked would hold up the exit on Ctrl-C
+            item = await loop.run_in_executor(None, results.get, True, 1.0)
+        except queue.Empty:
+            continue
         if item is None:
             ended += 1
         else:
@@ -260,11 +264,14 @@ async def run(args, base: str, key: str, pid: int, pg: str, env: dict) -> dict:
     for i in range(0, len(stream_ids), 100):  # in steps, within the listen backlog
         tasks += [asyncio.create_task(clients.stream(j)) for j in stream_ids[i:i + 100]]
         await asyncio.sleep(0.05)
-    await until(lambda: len(clients.connected) + len(clients.errors) >= len(stream_ids), 300,
+    await until(lambda: len(clients.connected) + len(clients.errors) >= len(stream_ids),
+                args.timeout,
                 "the streams", lambda: f"{len(clients.connected)} connected, "
                 f"{len(clients.errors)} failed: {clients.errors[:3]}")
     await asyncio.sleep(args.settle)
     streams_rss = rss_kib(pid)
+    print(f"idle streams: {(streams_rss - base_rss) / max(1, args.streams):.1f} KiB each; "
+          f"peaks {sampler.peak('streams')}", flush=True)
     if args.tracemalloc:
         await asyncio.to_thread(snapshot, pid, env["BENCH_SNAPSHOT"], 2)
         sites = where_memory_goes(env["BENCH_SNAPSHOT"], args.streams)
@@ -285,7 +292,7 @@ async def run(args, base: str, key: str, pid: int, pg: str, env: dict) -> dict:
             wait_ids.update(c.execute("SELECT id, metadata->>'bench' FROM jobs WHERE "
                                       "metadata->>'bench' IS NOT NULL").fetchall())
         return len(wait_ids) + len(clients.errors) >= args.waits
-    await until(waits_stored, 300, "the waits' jobs")
+    await until(waits_stored, args.timeout, "the waits' jobs")
     await asyncio.sleep(args.settle)
     idle_rss = rss_kib(pid)
     sampler.phase = "completing"
@@ -337,6 +344,8 @@ def main() -> None:
     ap.add_argument("--complete", type=int, default=500,
                     help="jobs completed (at random among the watched ones)")
     ap.add_argument("--completers", type=int, default=4, help="completing processes")
+    ap.add_argument("--timeout", type=float, default=1200,
+                    help="seconds the watchers may take to open (a busy machine is slow)")
     ap.add_argument("--settle", type=float, default=3.0, help="idle seconds before a reading")
     ap.add_argument("--tracemalloc", action="store_true",
                     help="only the idle streams' memory, with the allocation sites")
