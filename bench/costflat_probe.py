@@ -78,6 +78,8 @@ def main() -> None:
     p.add_argument("--samples", type=int, default=100)
     p.add_argument("--claims", type=int, default=100)
     p.add_argument("--only", default="", help="comma-separated figure names")
+    p.add_argument("--budget-s", type=float, default=40.0,
+                   help="per figure: stop sampling after this long (at least 10 samples)")
     args = p.parse_args()
     setup = json.loads(args.setup)
     sides = {name: Side(s["url"], s["info"]) for name, s in setup.items()}
@@ -91,7 +93,10 @@ def main() -> None:
             for _ in range(min(3, n)):
                 figures[name][figure]()
         samples: dict[str, list[float]] = {name: [] for name in sides}
+        began = time.monotonic()
         for i in range(n):
+            if i >= 10 and time.monotonic() - began > args.budget_s:
+                break  # a slow figure on a busy machine: enough samples for its p50
             order = list(sides) if i % 2 == 0 else list(sides)[::-1]
             for name in order:
                 samples[name].append(timed(figures[name][figure]))
