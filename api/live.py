@@ -128,6 +128,12 @@ class Live:
                         sub.event.set()
 
 
+async def watch_bus(bus: Bus, job_id: str) -> None:
+    """``bus.watch``, in a worker thread only where it does something (the spool)."""
+    if bus.watches:
+        await run_in_threadpool(bus.watch, job_id)
+
+
 class Watch:
     """One request watching one job: reloads when woken (a notice, the resync)."""
 
@@ -160,7 +166,7 @@ async def wait_for(svc: Services, job: JobRecord, timeout_s: float) -> JobRecord
     live = svc.live
     deadline = time.monotonic() + timeout_s
     with live.watcher.subscribe(job.id) as sub, LIVE_ACTIVE.labels("wait").track_inprogress():
-        await run_in_threadpool(live.bus.watch, job.id)
+        await watch_bus(live.bus, job.id)
         watch = Watch(svc, job, sub)
         job = await watch.reload()
         while not job.status.terminal and (left := deadline - time.monotonic()) > 0:
@@ -219,7 +225,7 @@ async def job_events(svc: Services, job: JobRecord, last: int,
     deadline = time.monotonic() + settings.event_stream_max_s
     with slot, live.watcher.subscribe(job.id) as sub, \
             LIVE_ACTIVE.labels("events").track_inprogress():
-        await run_in_threadpool(live.bus.watch, job.id)
+        await watch_bus(live.bus, job.id)
         watch = Watch(svc, job, sub)
         job = await watch.reload()
         yield f"retry: {int(settings.event_resync_s * 1000)}\n\n".encode()

@@ -61,6 +61,10 @@ class Chunk:
 class Bus:
     """The sending side (sync: workers, and routes that change a job) plus chunk reads."""
 
+    # Whether ``watch`` does anything (a file system call, for the spool): where it does
+    # not, a watcher skips the trip to a worker thread.
+    watches = False
+
     def notify(self, job_id: str) -> None:
         raise NotImplementedError
 
@@ -147,6 +151,8 @@ class SpoolBus(Bus):
         if folder.is_dir():
             _replace(folder / "notice", str(time.time_ns()).encode())
 
+    watches = True
+
     def watch(self, job_id: str) -> None:
         self._dir(job_id).mkdir(parents=True, exist_ok=True)
         if time.monotonic() - self._pruned > 60:
@@ -218,8 +224,11 @@ class Subscription:
         self.seen: object = None
 
     async def wait(self, timeout_s: float) -> bool:
+        # ``asyncio.timeout``, not ``wait_for``: on Python 3.11 ``wait_for`` wraps the
+        # wait in a task of its own, one more object per idle watcher.
         try:
-            await asyncio.wait_for(self.event.wait(), max(0.0, timeout_s))
+            async with asyncio.timeout(max(0.0, timeout_s)):
+                await self.event.wait()
         except TimeoutError:
             return False
         self.event.clear()

@@ -55,6 +55,11 @@ QUEUED_INTERACTIVE = text("status = 'queued' AND batch_id IS NULL")
 QUEUED_BULK = text("status = 'queued' AND batch_id IS NOT NULL")
 # The deadline sweep's index: queued jobs that carry a start deadline, by deadline.
 QUEUED_WITH_DEADLINE = text("status = 'queued' AND start_by IS NOT NULL")
+# The sweeps' partial indexes: retention's outputs still to delete, and queued jobs by
+# their last change (the stale-queued sweep). The sweeps' queries spell the predicates
+# out as literals, so the planner can prove the index applies whatever plan it caches.
+QUEUED = text("status = 'queued'")
+OUTPUTS_KEPT = text("expires_at IS NOT NULL AND outputs_deleted_at IS NULL")
 
 
 class Tenant(Base):
@@ -118,6 +123,10 @@ class Job(Base):
               postgresql_where=QUEUED_BULK, sqlite_where=QUEUED_BULK),
         Index("ix_jobs_queued_start_by", "start_by", postgresql_where=QUEUED_WITH_DEADLINE,
               sqlite_where=QUEUED_WITH_DEADLINE),
+        Index("ix_jobs_outputs_due", "expires_at", postgresql_where=OUTPUTS_KEPT,
+              sqlite_where=OUTPUTS_KEPT),
+        Index("ix_jobs_queued_updated", "updated_at", postgresql_where=QUEUED,
+              sqlite_where=QUEUED),
     )
 
     id: Mapped[str] = mapped_column(String(40), primary_key=True)

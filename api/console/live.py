@@ -21,7 +21,7 @@ from fastapi.responses import StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
 from ..deps import Services, services
-from ..live import SSE_HEADERS, sse
+from ..live import SSE_HEADERS, sse, watch_bus
 from ..metrics import LIVE_ACTIVE
 from ..service import get_job
 from .pages import JobsQuery, job_parts, jobs_page, signed_in, tenant_names
@@ -49,7 +49,7 @@ async def _changes(svc: Services, read: Callable[[], tuple[dict[str, str], list[
             yield b": keep-alive\n\n"
         with live.watcher.subscribe(*watched) as sub:
             for job_id in watched:
-                await run_in_threadpool(live.bus.watch, job_id)
+                await watch_bus(live.bus, job_id)
             await sub.wait(min(settings.event_resync_s, left))
 
 

@@ -12,14 +12,14 @@ from dataclasses import asdict
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import bindparam, delete, func, or_, select, update
+from sqlalchemy import bindparam, delete, func, literal, or_, select, tuple_, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
 from core.errors import MESSAGE_LIMIT, InvalidRequest, TooManyRequests
 from core.jobs import TERMINAL, JobKind, JobStatus
 
-from ..models import Job, OutboxMessage, Output, UTCDateTime
+from ..models import OUTPUTS_KEPT, QUEUED, Job, OutboxMessage, Output, UTCDateTime
 from ..records import (
     JobAttemptRecord,
     JobFilter,
@@ -72,10 +72,12 @@ def _after(s: Session, tenant_id: str | None, after: str, order: str):
     if cursor is None:
         raise InvalidRequest("'after' is not a job of this list (unknown or deleted)",
                              param="after", code="invalid_cursor")
-    if order == "desc":
-        return (Job.created_at < cursor[0]) | ((Job.created_at == cursor[0])
-                                               & (Job.id < cursor[1]))
-    return (Job.created_at > cursor[0]) | ((Job.created_at == cursor[0]) & (Job.id > cursor[1]))
+    # A row-value comparison (PostgreSQL; SQLite since 3.15): a range of the
+    # (tenant_id, created_at, id) index, where page k starts at once. Spelled as
+    # ``a < c OR (a = c AND b < i)`` it is a filter, and page k reads the k-1 before it.
+    key, at = tuple_(Job.created_at, Job.id), tuple_(
+        literal(cursor[0], UTCDateTime()), literal(cursor[1], Job.id.type))
+    return key < at if order == "desc" else key > at
 
 
 def _filtered(q, f: JobFilter):
@@ -461,8 +463,9 @@ class JobRepository:
             OutboxMessage.job_id == Job.id,
             or_(OutboxMessage.published_at.is_(None), OutboxMessage.available_at > cutoff))
         with self._sessions() as s:
+            # the status as the partial index's own predicate (ix_jobs_queued_updated)
             rows = s.scalars(select(Job).where(
-                Job.status == JobStatus.QUEUED.value, Job.updated_at < cutoff,
+                QUEUED, Job.updated_at < cutoff,
                 ~pending.exists()).order_by(Job.updated_at).limit(limit)).all()
             return [_record(j) for j in rows]
 
@@ -489,10 +492,11 @@ class JobRepository:
     # ---- retention -------------------------------------------------------------------
 
     def outputs_to_expire(self, limit: int = 100) -> list[JobRecord]:
-        """Completed jobs past ``expires_at`` whose objects are not deleted yet."""
+        """Completed jobs past ``expires_at`` whose objects are not deleted yet: a range of
+        ``ix_jobs_outputs_due``, which holds only those not deleted yet."""
         with self._sessions() as s:
             rows = s.scalars(select(Job).where(
-                Job.expires_at <= _now(), Job.outputs_deleted_at.is_(None))
+                OUTPUTS_KEPT, Job.expires_at <= _now())
                 .order_by(Job.expires_at).limit(limit)).all()
             return [_record(j) for j in rows]
 

@@ -1,0 +1,82 @@
+"""The submit's pipeline-queue count: read once per ``FRESH_S`` while the queue is far
+from its cap (this process's admissions added in between), on every group from half the
+cap on, so the cap holds exactly where it matters.
+
+The clock is the test's own: nothing here waits or times anything.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from sqlalchemy import event
+
+from core.errors import TooManyRequests
+from core.jobs import JobKind
+from storage.db import make_engine, make_sessionmaker
+from storage.records import NewJob
+from storage.repositories import JobRepository, KeyRepository
+from storage.repositories.quotas import FRESH_S, INTERACTIVE, Quota, Quotas
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def setup(url: str, cap: int, pipeline: str | None = None):
+    engine = make_engine(url)
+    sessions = make_sessionmaker(engine)
+    tenant, _ = KeyRepository(sessions).create_key("quota-" + uuid.uuid4().hex)
+    clock = Clock()
+    jobs = JobRepository(sessions, Quotas({INTERACTIVE: Quota(1000, cap)}, clock=clock))
+    pipeline = pipeline or "p-" + uuid.uuid4().hex[:8]
+    counted: list[int] = []  # per group: how many pipeline counts its statement made
+
+    @event.listens_for(engine, "before_cursor_execute")
+    def capture(conn, cursor, statement, parameters, context, executemany):
+        if "count(*)" in statement and "LIMIT" in statement:
+            counted.append(statement.count("jobs.pipeline ="))
+
+    def submit() -> object:
+        new = NewJob(tenant_id=tenant, kind=JobKind.SPEECH, model="m", pipeline=pipeline,
+                     queue="q", request={"input": "hi"}, metadata=None, max_attempts=1)
+        [result] = jobs.create_many([new])
+        return result
+    return submit, clock, counted, pipeline
+
+
+def test_far_from_the_cap_the_count_is_read_once_per_period(db_url):
+    submit, clock, counted, _ = setup(db_url, cap=100)
+    for _ in range(3):
+        assert not isinstance(submit(), TooManyRequests)
+    assert counted == [1, 0, 0]  # counted by the first group, then this process's sum
+    clock.now += FRESH_S
+    submit()
+    assert counted == [1, 0, 0, 1]  # the period is over: counted again
+
+
+def test_from_half_the_cap_every_group_counts_and_the_cap_holds(db_url):
+    submit, clock, counted, _ = setup(db_url, cap=6)
+    results = [submit() for _ in range(8)]
+    # below half (0, 1, 2 queued) the first count serves; from 3 of 6 on, every group
+    assert counted == [1, 0, 0, 1, 1, 1, 1, 1]
+    assert [isinstance(r, TooManyRequests) for r in results] == [False] * 6 + [True] * 2
+    assert results[-1].code == "queue_full"
+
+
+def test_another_process_s_jobs_count_from_the_next_period(db_url):
+    """The bound the period sets: jobs another process queued meanwhile are seen at the
+    next count, and from then on the cap refuses."""
+    submit, clock, counted, pipeline = setup(db_url, cap=10)
+    submit()
+    other, _, _, _ = setup(db_url, cap=10, pipeline=pipeline)  # another API process
+    for _ in range(10):
+        other()  # fills the queue to its cap (the first nine admitted)
+    assert not isinstance(submit(), TooManyRequests)  # within the period: not yet seen
+    clock.now += FRESH_S
+    assert isinstance(submit(), TooManyRequests)
+    assert counted[-1] == 1
