@@ -2,7 +2,7 @@
 their last change
 
 Revision ID: 0013
-Revises: 0007
+Revises: 0011
 Create Date: 2026-12-02
 """
 
@@ -10,7 +10,7 @@ from alembic import op
 import sqlalchemy as sa
 
 revision = '0013'
-down_revision = '0007'
+down_revision = '0011'
 branch_labels = None
 depends_on = None
 
