@@ -29,7 +29,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 batch_cli = typer.Typer(help="Bulk offline rendering: run batch files, follow batches.",
-                        no_args_is_help=True)
+                        no_args_is_help=True, rich_markup_mode="markdown")  # as console.commands
 console = Console()
 
 STATE = ".omnijobs-batch.json"

@@ -21,10 +21,10 @@ from omnijobs.batch_cli import batch_cli
 
 from . import console
 
-cli = typer.Typer(help="omnijobs: durable speech and video jobs.", no_args_is_help=True)
-keys_cli = typer.Typer(help="Manage API keys.", no_args_is_help=True)
+cli = console.commands(help="omnijobs: durable speech and video jobs.")
+keys_cli = console.commands(help="Manage API keys.")
 cli.add_typer(keys_cli, name="keys")
-webhooks_cli = typer.Typer(help="Webhook signing secrets.", no_args_is_help=True)
+webhooks_cli = console.commands(help="Webhook signing secrets.")
 cli.add_typer(webhooks_cli, name="webhooks")
 cli.add_typer(batch_cli, name="batch")
 
@@ -49,7 +49,8 @@ def _settings(create_home: bool = True) -> Settings:
 
 
 def _logging(level: str = "INFO") -> None:
-    console.setup_logging(level, Settings().log_format)
+    settings = Settings()
+    console.setup_logging(level, settings.log_format, embedded=settings.mode == "embedded")
 
 
 @cli.command()
@@ -292,6 +293,8 @@ def api(host: str = "127.0.0.1", port: int = 8000, log_level: LogLevel = "info",
     settings = _settings()
     _refuse_exposed_placeholder(settings, host)
     console.require_free_port(host, port)
+    if metrics_port is not None:
+        console.require_free_port(host, metrics_port, "--metrics-port")
     _logging(log_level)
     if workers == 1:
         if metrics_port is not None:
@@ -349,6 +352,7 @@ def _supervised(metrics_port: int | None) -> int:
     args = [*_without_option(sys.argv[1:], "--metrics-port"), "--no-supervise"]
     if metrics_port is None:
         return _supervise(args)
+    console.require_free_port("0.0.0.0", metrics_port, "--metrics-port")
     with _metrics_folder() as folder:
         _serve_summed(metrics_port, "0.0.0.0", folder)
         return _supervise(args, folder)
@@ -423,7 +427,7 @@ def _run_worker(pipeline: list[str] | None, metrics_port: int | None, loglevel: 
         start_http_server(metrics_port)
     runtime.warm(names)
     queues = [get_spec(n).queue for n in names]
-    argv = [*_quiet(settings), "worker", "--pool=solo", "-Q", ",".join(queues),
+    argv = ["--quiet", "worker", "--pool=solo", "-Q", ",".join(queues),
             f"--loglevel={loglevel}",
             "-n", f"omnijobs-{os.getpid()}@%h", "--without-gossip", "--without-mingle", "-E"]
     try:
@@ -431,11 +435,6 @@ def _run_worker(pipeline: list[str] | None, metrics_port: int | None, loglevel: 
     finally:
         if runtime.restart_requested:
             os._exit(RESTART_EXIT)  # after Celery's warm shutdown drained in-flight work
-
-
-def _quiet(settings: Settings) -> list[str]:
-    """Celery's start-up banner is left out where logs are for a person to read."""
-    return ["--quiet"] if settings.log_format == "text" else []
 
 
 @cli.command()
@@ -449,12 +448,13 @@ def maintenance(log_level: LogLevel = "INFO", metrics_port: Annotated[int | None
     from tasks.maintenance import run
     from tasks.runtime import get_runtime
 
+    if metrics_port is not None:
+        console.require_free_port("0.0.0.0", metrics_port, "--metrics-port")
     _logging(log_level)
     settings = _settings()
     runtime = get_runtime(settings)
     runtime.check_line = line_checker(settings)  # batch lines: the API's own contract
-    run(runtime, make_celery(settings), log_level.upper(), quiet=bool(_quiet(settings)),
-        metrics_port=metrics_port)
+    run(runtime, make_celery(settings), log_level.upper(), metrics_port=metrics_port)
 
 
 @cli.command()
