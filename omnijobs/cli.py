@@ -19,7 +19,7 @@ import typer
 from core.settings import PLACEHOLDER_SECRETS, Settings
 from omnijobs.batch_cli import batch_cli
 
-from . import console
+from . import console, local
 
 cli = console.commands(help="omnijobs: durable speech and video jobs.")
 keys_cli = console.commands(help="Manage API keys.")
@@ -276,10 +276,12 @@ def _serve_summed(port: int, host: str, folder: Path) -> None:
 
 
 API_LOG_LEVEL = "OMNIJOBS_API_WORKER_LOG_LEVEL"  # handed to --workers' processes
+Port = Annotated[int | None, typer.Option(
+    help="Port to listen on", show_default="OMNIJOBS_PORT, else 8000")]
 
 
 @cli.command()
-def api(host: str = "127.0.0.1", port: int = 8000, log_level: LogLevel = "info",
+def api(host: str = "127.0.0.1", port: Port = None, log_level: LogLevel = "info",
         metrics_port: Annotated[int | None, typer.Option(
             help="Serve Prometheus metrics on this port (same host; with --workers N, "
             "the sum over the N processes)")] = None,
@@ -291,6 +293,7 @@ def api(host: str = "127.0.0.1", port: int = 8000, log_level: LogLevel = "info",
     import uvicorn
 
     settings = _settings()
+    port = settings.port if port is None else port
     _refuse_exposed_placeholder(settings, host)
     console.require_free_port(host, port)
     if metrics_port is not None:
@@ -476,7 +479,7 @@ def _drain_bound(settings: Settings) -> float:
 
 def key_file(settings: Settings):
     """Where ``omnijobs dev`` keeps its API key (the README points there)."""
-    return settings.home / "dev-api-key"
+    return local.key_file(settings.home)
 
 
 def _dev_key(settings: Settings) -> str:
@@ -494,7 +497,7 @@ def _dev_key(settings: Settings) -> str:
 
 
 @cli.command()
-def dev(host: str = "127.0.0.1", port: int = 8000,
+def dev(host: str = "127.0.0.1", port: Port = None,
         allow_remote: Annotated[bool, typer.Option(
             help="Allow a non-loopback --host (needs OMNIJOBS_SIGNING_SECRET)")] = False
         ) -> None:
@@ -507,6 +510,7 @@ def dev(host: str = "127.0.0.1", port: int = 8000,
     os.environ.setdefault("OMNIJOBS_LOG_FORMAT", "text")  # for a person (and the children)
     _logging()
     settings = _settings(create_home=False)
+    port = settings.port if port is None else port
     if settings.mode != "embedded":
         raise typer.BadParameter("omnijobs dev runs the embedded mode only")
     if not _is_loopback(host) and not allow_remote:
@@ -519,6 +523,7 @@ def dev(host: str = "127.0.0.1", port: int = 8000,
     settings = _settings()
     upgrade(settings.db_url)
     key = _dev_key(settings)
+    local.write_url(settings.home, f"http://{host}:{port}")  # for the client commands here
     # In process groups of their own: Ctrl-C reaches `omnijobs dev` alone, which passes
     # one SIGTERM on per Ctrl-C (the worker drains on the first, hands back on a second).
     children = [subprocess.Popen([sys.executable, "-m", "omnijobs.cli", role],
