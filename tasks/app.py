@@ -127,11 +127,12 @@ def _begin_drain(**_kwargs) -> None:
     just stops, and says that once)."""
     from .runtime import _runtime
 
+    first = not _stopping.is_set()
+    _stopping.set()  # before anything else: a second signal may interrupt this handler
     if _runtime is not None and _runtime.served:
         _runtime.drain.begin()
-    elif not _stopping.is_set():
+    elif first:
         log.info("stopping: the maintenance steps end; webhook deliveries being sent finish")
-    _stopping.set()
 
 
 @worker_shutdown.connect
