@@ -1,4 +1,4 @@
-"""Serving a stored file from the local store: ranges and HEAD as S3 serves them, from a
+"""Serving a stored file from the local store: ranges as S3 serves them (and HEAD), from a
 file opened before the response starts, and range errors in OpenAI's error shape.
 
 Starlette's ``FileResponse`` stats and opens the path only when the response is sent, so

@@ -2,7 +2,8 @@
 
 The defaults are the embedded mode: SQLite, a filesystem broker and a local-disk
 object store under ``./.omnijobs``, so ``omnijobs dev`` runs with nothing installed.
-Production sets ``OMNIJOBS_MODE=production``; then placeholder secrets are refused.
+Production sets ``OMNIJOBS_MODE=production``; then placeholder secrets are refused, and
+so is a local object store that was not asked for by name.
 """
 
 from __future__ import annotations
@@ -30,6 +31,13 @@ DEFAULT_ALIASES = {
 WEBHOOK_RETRY_SCHEDULE_S = (0, 5, 300, 1800, 7200, 18000, 36000, 50400, 72000, 86400)
 
 
+# The settings that only the S3 store reads (a local store beside any of them is refused
+# in production).
+S3_SETTINGS = ("s3_endpoint_url", "s3_public_endpoint_url", "s3_bucket", "s3_region",
+               "s3_access_key_id", "s3_secret_access_key", "s3_addressing_style",
+               "s3_create_bucket")
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="OMNIJOBS_", extra="ignore")
 
@@ -37,7 +45,7 @@ class Settings(BaseSettings):
     # (`omnijobs config --markdown` prints the table; tests/test_config_table.py checks it).
     mode: Literal["embedded", "production"] = Field(
         "embedded", description="`production` refuses placeholder secrets and requires "
-        "OMNIJOBS_DATABASE_URL and OMNIJOBS_BROKER_URL")
+        "OMNIJOBS_DATABASE_URL, OMNIJOBS_BROKER_URL and OMNIJOBS_OBJECT_STORE")
     home: Path = Field(Path(".omnijobs"), description="Embedded state: the SQLite file, the "
                        "broker folder, local objects and `omnijobs dev`'s key (`dev-api-key`)")
 
@@ -50,7 +58,8 @@ class Settings(BaseSettings):
 
     object_store: Literal["local", "s3"] = Field(
         "local", description="`local` (files under OMNIJOBS_HOME, URLs signed by the API) or "
-        "`s3` (any S3-compatible store)")
+        "`s3` (any S3-compatible store); production takes `local` only when it is set, and "
+        "never beside OMNIJOBS_S3_* variables")
     s3_endpoint_url: str | None = Field(
         None, description="Where workers upload, e.g. `http://seaweedfs:8333`; unset: AWS")
     s3_public_endpoint_url: str | None = Field(
@@ -291,7 +300,24 @@ class Settings(BaseSettings):
             if self.database_url is None or self.broker_url is None:
                 raise ValueError("OMNIJOBS_DATABASE_URL and OMNIJOBS_BROKER_URL are required "
                                  "outside the embedded mode")
+            self._refuse_unasked_local_store()
         return self
+
+    def _refuse_unasked_local_store(self) -> None:
+        """Production keeps outputs on this host's disk only when asked in so many words:
+        a missing OMNIJOBS_OBJECT_STORE beside a full set of S3 variables was served from
+        the local disk without a word, and one API process's disk is no other's."""
+        if self.object_store != "local":
+            return
+        s3_set = [f"OMNIJOBS_{name.upper()}" for name in S3_SETTINGS
+                  if name in self.model_fields_set]
+        if "object_store" not in self.model_fields_set:
+            hint = f" ({', '.join(s3_set)} set: did you mean `s3`?)" if s3_set else ""
+            raise ValueError("OMNIJOBS_OBJECT_STORE is unset: production needs `s3`, or "
+                             f"`local` set explicitly for one host's disk{hint}")
+        if s3_set:
+            raise ValueError(f"OMNIJOBS_OBJECT_STORE is `local`, so {', '.join(s3_set)} "
+                             "would be ignored: set OMNIJOBS_OBJECT_STORE=s3 or unset them")
 
     @property
     def submit_rate(self) -> tuple[float, int]:

@@ -19,7 +19,7 @@ import typer
 from core.settings import PLACEHOLDER_SECRETS, Settings
 from omnijobs.batch_cli import batch_cli
 
-from . import console, local
+from . import console, local, startup
 
 cli = console.commands(help="omnijobs: durable speech and video jobs.")
 keys_cli = console.commands(help="Manage API keys.")
@@ -83,9 +83,10 @@ def _admin_db() -> str:
     first, so a wrong folder or a missing ``migrate`` creates nothing."""
     from storage.migrate import require_schema
 
-    url = _settings(create_home=False).db_url
-    require_schema(url)
-    return url
+    settings = _settings(create_home=False)
+    require_schema(settings.db_url)
+    typer.echo(startup.database_line(settings), err=True)  # stdout stays for scripts
+    return settings.db_url
 
 
 def _keys():
@@ -299,6 +300,7 @@ def api(host: str = "127.0.0.1", port: Port = None, log_level: LogLevel = "info"
     if metrics_port is not None:
         console.require_free_port(host, metrics_port, "--metrics-port")
     _logging(log_level)
+    startup.log_start(settings, "api")
     if workers == 1:
         if metrics_port is not None:
             from prometheus_client import start_http_server
@@ -428,7 +430,8 @@ def _run_worker(pipeline: list[str] | None, metrics_port: int | None, loglevel: 
         from prometheus_client import start_http_server
 
         start_http_server(metrics_port)
-    runtime.warm(names)
+    runtime.warm(names)  # a refusal here stays one line: the start-up line comes after
+    startup.log_start(settings, "worker", names)
     queues = [get_spec(n).queue for n in names]
     argv = ["--quiet", "worker", "--pool=solo", "-Q", ",".join(queues),
             f"--loglevel={loglevel}",
@@ -455,6 +458,7 @@ def maintenance(log_level: LogLevel = "INFO", metrics_port: Annotated[int | None
         console.require_free_port("0.0.0.0", metrics_port, "--metrics-port")
     _logging(log_level)
     settings = _settings()
+    startup.log_start(settings, "maintenance")
     runtime = get_runtime(settings)
     runtime.check_line = line_checker(settings)  # batch lines: the API's own contract
     run(runtime, make_celery(settings), log_level.upper(), metrics_port=metrics_port)
@@ -521,6 +525,7 @@ def dev(host: str = "127.0.0.1", port: Port = None,
     console.require_free_port(host, port)  # before anything that looks like success
     os.environ.setdefault("OMNIJOBS_PUBLIC_BASE_URL", f"http://{host}:{port}")
     settings = _settings()
+    startup.log_start(settings, "dev")
     upgrade(settings.db_url)
     key = _dev_key(settings)
     local.write_url(settings.home, f"http://{host}:{port}")  # for the client commands here

@@ -20,8 +20,17 @@ SERVICES = COMPOSE["services"]
 
 def test_topology_has_every_role():
     assert {"api", "worker", "maintenance", "migrate", "redis", "postgres", "seaweedfs",
-            "bucket-init", "gpu-worker-audex-tts", "gpu-worker-minimax-h3", "flower",
+            "gpu-worker-audex-tts", "gpu-worker-minimax-h3", "flower",
             "prometheus"} <= set(SERVICES)
+
+
+def test_the_services_create_the_bucket_themselves():
+    """OMNIJOBS_S3_CREATE_BUCKET (on by default) is the bucket step: no service of its
+    own, and no omnijobs service turns it off."""
+    assert not [n for n in SERVICES if "bucket" in n]
+    for name, svc in omnijobs_services().items():
+        assert svc["environment"].get("OMNIJOBS_S3_CREATE_BUCKET", "true") == "true", name
+    assert Settings.model_fields["s3_create_bucket"].default is True
 
 
 def test_maintenance_runs_once_and_apart_from_render_workers():
@@ -46,6 +55,12 @@ def test_every_omnijobs_command_exists():
 
 def test_s3_store_refuses_anonymous_reads():
     assert "-s3.config=" in " ".join(SERVICES["seaweedfs"]["command"])
+
+
+def test_s3_store_opens_no_iceberg_or_lance_port():
+    """SeaweedFS 4.48 opens 8181 and 9101 (a worker's usual --metrics-port) by default."""
+    args = " ".join(SERVICES["seaweedfs"]["command"]).split()
+    assert {"-s3.port.iceberg=0", "-s3.port.lance=0"} <= set(args)
 
 
 GPU_WORKERS = sorted(n for n in SERVICES if n.startswith("gpu-worker-"))

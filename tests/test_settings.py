@@ -120,6 +120,7 @@ def test_production_from_environment_refuses_default_secret(
     monkeypatch.setenv("OMNIJOBS_MODE", "production")
     monkeypatch.setenv("OMNIJOBS_DATABASE_URL", PRODUCTION["database_url"])
     monkeypatch.setenv("OMNIJOBS_BROKER_URL", PRODUCTION["broker_url"])
+    monkeypatch.setenv("OMNIJOBS_OBJECT_STORE", "local")
     with pytest.raises(ValidationError, match="SIGNING_SECRET"):
         Settings()
     monkeypatch.setenv("OMNIJOBS_SIGNING_SECRET", GOOD_SECRET)
@@ -145,7 +146,8 @@ def test_production_s3_refuses_missing_or_placeholder_secret(secret) -> None:
 
 
 def test_production_local_store_needs_no_s3_secret() -> None:
-    s = production(object_store="local", s3_secret_access_key=_MISSING)
+    s = production(object_store="local",
+                   **{k: _MISSING for k in PRODUCTION if k.startswith("s3_")})
     assert s.object_store == "local" and s.s3_secret_access_key is None
 
 
@@ -153,6 +155,47 @@ def test_production_local_store_needs_no_s3_secret() -> None:
 def test_production_refuses_missing_urls(missing: str) -> None:
     with pytest.raises(ValidationError, match="DATABASE_URL and OMNIJOBS_BROKER_URL"):
         production(**{missing: _MISSING})
+
+
+def test_production_refuses_a_local_store_it_was_not_asked_for() -> None:
+    """Every S3 variable set but OMNIJOBS_OBJECT_STORE: once served from the local disk
+    without a word."""
+    with pytest.raises(ValidationError) as refused:
+        production(object_store=_MISSING)
+    message = str(refused.value)
+    assert "OMNIJOBS_OBJECT_STORE is unset: production needs `s3`" in message
+    assert "OMNIJOBS_S3_ENDPOINT_URL, OMNIJOBS_S3_ACCESS_KEY_ID, " \
+           "OMNIJOBS_S3_SECRET_ACCESS_KEY set: did you mean `s3`?" in message
+    bare = {k: _MISSING for k in PRODUCTION if k.startswith("s3_")}
+    with pytest.raises(ValidationError, match="OMNIJOBS_OBJECT_STORE is unset") as refused:
+        production(object_store=_MISSING, **bare)
+    assert "did you mean" not in str(refused.value)
+
+
+@pytest.mark.parametrize("variable", ["s3_endpoint_url", "s3_bucket", "s3_create_bucket",
+                                      "s3_public_endpoint_url"])
+def test_production_refuses_s3_variables_a_local_store_would_ignore(variable) -> None:
+    bare = {k: _MISSING for k in PRODUCTION if k.startswith("s3_")}
+    value = False if variable == "s3_create_bucket" else "http://s3.internal:8333"
+    with pytest.raises(ValidationError) as refused:
+        production(object_store="local", **{**bare, variable: value})
+    assert (f"OMNIJOBS_OBJECT_STORE is `local`, so OMNIJOBS_{variable.upper()} would be "
+            "ignored") in str(refused.value)
+
+
+def test_production_refusals_read_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name, value in PRODUCTION.items():
+        monkeypatch.setenv(f"OMNIJOBS_{name.upper()}", value)
+    monkeypatch.delenv("OMNIJOBS_OBJECT_STORE")
+    with pytest.raises(ValidationError, match="OMNIJOBS_OBJECT_STORE is unset"):
+        Settings()
+    monkeypatch.setenv("OMNIJOBS_OBJECT_STORE", "local")
+    with pytest.raises(ValidationError, match="would be ignored"):
+        Settings()
+    for name in PRODUCTION:
+        if name.startswith("s3_"):
+            monkeypatch.delenv(f"OMNIJOBS_{name.upper()}")
+    assert Settings().object_store == "local"  # asked for, nothing ignored
 
 
 def test_production_accepts_a_complete_config() -> None:

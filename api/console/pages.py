@@ -144,8 +144,10 @@ def webhooks(svc: Services = Depends(services), who: Viewer = Depends(viewer)) -
 @router.get("/workers")
 @signed_in
 def workers(svc: Services = Depends(services), who: Viewer = Depends(viewer)) -> Response:
-    return page("workers.html", viewer=who, nav="workers", workers=figures.workers(svc),
-                queues=svc.activity.queues(who.scope))
+    live = figures.workers(svc)
+    return page("workers.html", viewer=who, nav="workers", workers=live,
+                queues=svc.activity.queues(who.scope), now=datetime.now(UTC),
+                serving=lambda p: sum(w.serves(p) for w in live or ()))
 
 
 @router.get("/usage")

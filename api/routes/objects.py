@@ -26,8 +26,9 @@ CONTENT_TYPES = {"mp3": "audio/mpeg", "opus": "audio/ogg", "aac": "audio/aac",
 @public
 def signed_object(key: str, expires: int = Query(), signature: str = Query(max_length=128),
                   svc: Services = Depends(services)) -> StoredFileResponse:
-    """HEAD and byte ranges (206, ``Accept-Ranges``, ``Content-Range``) as S3 serves them,
-    so a browser's ``<video>`` can seek. An object deleted meanwhile is a 404; one being
+    """Byte ranges (206, ``Accept-Ranges``, ``Content-Range``) as S3 serves them, so a
+    browser's ``<video>`` can seek, and HEAD, which S3's presigned URLs refuse (they are
+    signed for GET alone). An object deleted meanwhile is a 404; one being
     sent when it is deleted is sent whole."""
     store = svc.store
     if not isinstance(store, LocalStore):

@@ -126,5 +126,5 @@ def test_production_limits_submits_by_default(api_db, tmp_path):
     from core.settings import Settings
 
     prod = Settings(mode="production", database_url=api_db, broker_url="redis://x",
-                    signing_secret="a-real-signing-secret")
+                    signing_secret="a-real-signing-secret", object_store="local")
     assert prod.submit_rate == (50.0, 100)

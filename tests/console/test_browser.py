@@ -12,6 +12,7 @@ import pytest
 from standardwebhooks import Webhook
 
 from ..integration.helpers import wait_job
+from ..services import wait_until
 from ..webhooks.receiver import Reply
 from .conftest import screenshot, sign_in
 
@@ -316,6 +317,35 @@ def test_an_operator_sees_two_tenants(context, console_stack, acme, globex, tmp_
                        ("usage", "/console/usage")):
         assert page.goto(path).status == 200
         screenshot(page, name, tmp_path)
+
+
+def test_the_workers_page_shows_the_registry(context, console_stack, acme):
+    """The Workers page reads the worker registry: an operator sees the stack's worker
+    process with its pipelines, busy with the job it renders (linked), and the Overview
+    counts it among the pipeline's live workers; a tenant's key sees the count per
+    pipeline and no hosts or processes."""
+    job = busy_worker(acme[2])
+    op_key = console_stack.cli("keys", "create", "--tenant", "ops-" + uuid.uuid4().hex[:6],
+                               "--operator").strip().splitlines()[-1]
+    page = context.new_page()
+    sign_in(page, op_key, "/console/workers")
+    row = page.locator("#workers tbody tr", has_text=job["id"])
+    # The worker writes its row when it claims a job; the page is read when drawn.
+    wait_until(lambda: (page.reload(), row.count())[1] == 1, 20, "the busy worker's row")
+    assert "test-sleep" in row.inner_text() and "busy" in row.inner_text()
+    assert row.locator(f"a[href='/console/jobs/{job['id']}']").count() == 1
+    page.goto("/console")
+    cells = page.locator("#queues ~ div table tbody tr", has_text="test-sleep")
+    assert cells.count() >= 1 and cells.first.locator("td").last.inner_text() == "1"
+
+    context.clear_cookies()  # the same browser, signed in with the tenant's key instead
+    tenant_page = context.new_page()
+    sign_in(tenant_page, acme[1], "/console/workers")
+    assert tenant_page.locator("#workers").count() == 0
+    served = tenant_page.locator("td[data-pipeline='test-sleep']")
+    assert served.count() >= 1 and served.first.inner_text() == "1"
+    assert acme[2].post(f"/v1/jobs/{job['id']}/cancel").status_code == 200
+    wait_job(acme[2], job["id"])
 
 
 def test_an_action_without_its_csrf_token_is_refused(context, acme):

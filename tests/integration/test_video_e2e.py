@@ -67,6 +67,29 @@ def test_openai_sdk_create_poll_download(stack, key):
     assert any(v.id == video.id for v in sdk.videos.list().data)
 
 
+def test_a_signed_s3_url_plays_and_seeks_as_a_video_element_asks(stack, client):
+    """Production mode against SeaweedFS: a <video> sends GET with ``Range: bytes=0-``,
+    then the ranges it seeks to; ``bytes=0-0`` tells a client the size. HEAD is refused:
+    a presigned URL is signed for one method (docs/deploy.md says so)."""
+    resp = client.post("/v1/videos", json={"model": "reference-t2va", "prompt": PROMPT,
+                                           "seconds": 1, "size": "320x240", "fps": 12})
+    video = wait_video(client, resp.json()["id"])
+    assert video["status"] == "completed", video
+    data = client.get(f"/v1/videos/{video['id']}/content").content
+    url = client.get(f"/v1/jobs/{video['id']}").json()["outputs"][0]["url"]  # freshly signed
+    assert stack.env["OMNIJOBS_MODE"] == "production" and "/v1/objects/" not in url
+    size = len(data)
+    first = httpx.get(url, headers={"Range": "bytes=0-"})
+    assert first.status_code == 206 and first.content == data
+    assert first.headers["content-range"] == f"bytes 0-{size - 1}/{size}"
+    seek = httpx.get(url, headers={"Range": f"bytes={size // 2}-{size // 2 + 999}"})
+    assert seek.status_code == 206 and seek.content == data[size // 2:size // 2 + 1000]
+    assert seek.headers["content-range"] == f"bytes {size // 2}-{size // 2 + 999}/{size}"
+    probe = httpx.get(url, headers={"Range": "bytes=0-0"})
+    assert probe.status_code == 206 and probe.headers["content-range"] == f"bytes 0-0/{size}"
+    assert httpx.head(url).status_code == 403
+
+
 def test_json_create_n2_each_with_own_output(client):
     resp = client.post("/v1/videos", json={
         "model": "sora-2", "prompt": PROMPT, "seconds": 2, "size": "320x240", "fps": 12,

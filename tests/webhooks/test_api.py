@@ -49,7 +49,7 @@ def make_client(env, tester=None, **settings) -> tuple[TestClient, str]:
 def test_production_default_allows_no_private_network():
     assert Settings(mode="embedded").webhook_networks == ["127.0.0.0/8", "::1/128"]
     prod = Settings(mode="production", signing_secret="x" * 20, database_url="postgresql://h/d",
-                    broker_url="redis://h")
+                    broker_url="redis://h", object_store="local")
     assert prod.webhook_networks == []
     with pytest.raises(ValueError):
         Settings(webhook_allowed_networks=["not-a-network"])
