@@ -23,8 +23,9 @@ $(STAMP): $(RUNTIME) pyproject.toml
 	touch $(STAMP)
 
 ## Run the service on its embedded defaults: SQLite, filesystem broker, local store.
+## `make dev PORT=8137` serves on another port (else OMNIJOBS_PORT, else 8000).
 dev: $(RUNTIME)
-	$(BIN)/omnijobs dev
+	$(BIN)/omnijobs dev $(if $(PORT),--port $(PORT))
 
 ## Run every test (integration tests start SeaweedFS, a worker and the API themselves).
 ## pytest's exit code 5 (nothing collected) is not a failure of the suite.

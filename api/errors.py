@@ -15,6 +15,10 @@ from storage.db import UNAVAILABLE_ERRORS
 log = logging.getLogger(__name__)
 
 HTTP_CODES = {404: "not_found", 405: "method_not_allowed", 413: "request_too_large"}
+# A path is echoed whole (the route and its ids: a cut one names no resource), up to a
+# bound that keeps an absurd URL out of the answer.
+PATH_ECHO_LIMIT = 256
+METHODS = ("DELETE", "GET", "HEAD", "PATCH", "POST", "PUT")
 
 
 def error_body(message: str, type_: str, code: str | None, param: str | None = None) -> dict:
@@ -58,12 +62,23 @@ def _validation_message(exc: RequestValidationError) -> tuple[str, str | None]:
 
 def _http_message(req: Request, exc: StarletteHTTPException) -> str:
     """The router's own 404/405 name the route that was asked for, not just a status."""
-    route = f"{req.method} {clip(req.url.path)}"
+    route = f"{req.method} {clip(req.url.path, PATH_ECHO_LIMIT)}"
     if exc.status_code == 404 and exc.detail == "Not Found":
         return f"no such route: {route} (the API is under /v1; see /docs)"
     if exc.status_code == 405 and exc.detail == "Method Not Allowed":
-        return f"method not allowed: {route}"
+        return f"method not allowed: {route}; this path allows {', '.join(allowed(req))}"
     return str(exc.detail)
+
+
+def allowed(req: Request) -> list[str]:
+    """Every method a route serves at this path, asked of the router itself (one scope
+    per method). Starlette's own ``Allow`` names only the methods of the first route
+    whose path matched, and ``GET`` and ``DELETE`` of one path are two routes."""
+    from starlette.routing import Match
+
+    return [method for method in METHODS if any(
+        route.matches({**req.scope, "method": method})[0] is Match.FULL
+        for route in req.app.router.routes)]
 
 
 def install_error_handlers(app: FastAPI) -> None:
@@ -85,8 +100,11 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(StarletteHTTPException)
     async def _http(req: Request, exc: StarletteHTTPException) -> JSONResponse:
         code = HTTP_CODES.get(exc.status_code, "http_error")
+        headers = exc.headers
+        if exc.status_code == 405:
+            headers = {**(headers or {}), "Allow": ", ".join(allowed(req))}
         return JSONResponse(error_body(_http_message(req, exc), "invalid_request_error", code),
-                            status_code=exc.status_code, headers=exc.headers)
+                            status_code=exc.status_code, headers=headers)
 
     @app.exception_handler(Exception)
     async def _unexpected(_req: Request, exc: Exception) -> JSONResponse:

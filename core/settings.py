@@ -79,6 +79,9 @@ class Settings(BaseSettings):
     public_base_url: str = Field(
         "http://127.0.0.1:8000", description="Base of the local store's signed URLs "
         "(`omnijobs dev` sets it to its own address)")
+    port: int = Field(
+        8000, ge=1, le=65535, description="Port `omnijobs dev` and `omnijobs api` listen on "
+        "when `--port` is not given (`make dev PORT=8137` passes `--port`)")
     signing_secret: str = Field(
         "dev-insecure-signing-secret", repr=False, description="HMAC key of the local "
         "store's signed URLs; production requires a real one of 16+ characters")

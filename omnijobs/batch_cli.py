@@ -6,7 +6,8 @@ the file, creates the batch, follows it, and downloads each output to
 resumes: the batch id is kept in ``DIR/.omnijobs-batch.json``, nothing is rendered twice,
 and a local file is kept only if its size and sha256 match the job's output record.
 Every download goes to a temporary name in ``DIR`` and is renamed into place only after
-its sha256 checks out, so nobody ever reads half a file.
+its sha256 checks out, so nobody ever reads half a file. Without ``--api`` and ``--key``
+it talks to the ``omnijobs dev`` of the folder it runs in (omnijobs/local.py).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import hashlib
 import json
 import os
 import tempfile
+import textwrap
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -25,11 +27,14 @@ from typing import Annotated
 import httpx
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
+from . import local
+
 batch_cli = typer.Typer(help="Bulk offline rendering: run batch files, follow batches.",
-                        no_args_is_help=True)
+                        no_args_is_help=True, rich_markup_mode="markdown")  # as console.commands
 console = Console()
 
 STATE = ".omnijobs-batch.json"
@@ -41,10 +46,12 @@ DOWNLOADERS = 8
 FILE_MODE = 0o644
 CHUNK = 1 << 20
 
-Api = Annotated[str, typer.Option("--api", envvar="OMNIJOBS_API_URL",
-                                  help="Base URL of the omnijobs API")]
-Key = Annotated[str, typer.Option("--key", envvar="OMNIJOBS_API_KEY", help="API key",
-                                  show_default=False)]
+Api = Annotated[str | None, typer.Option(
+    "--api", envvar="OMNIJOBS_API_URL", help="Base URL of the omnijobs API",
+    show_default=f"the omnijobs dev of this folder, else {local.DEFAULT_URL}")]
+Key = Annotated[str | None, typer.Option(
+    "--key", envvar="OMNIJOBS_API_KEY", help="API key",
+    show_default="the key of the omnijobs dev of this folder")]
 
 
 class Refused(Exception):
@@ -122,8 +129,12 @@ def save_state(out: Path, state: dict) -> None:
 
 # ---- talking to the API ---------------------------------------------------------------
 
-def client(api: str, key: str) -> httpx.Client:
-    return httpx.Client(base_url=api.rstrip("/") + "/v1",
+def client(api: str | None, key: str | None) -> httpx.Client:
+    """The given API and key, else those of this folder's ``omnijobs dev``."""
+    api, key = local.target(api, key)
+    if key is None:
+        raise Refused(local.NO_KEY)
+    return httpx.Client(base_url=api + "/v1",
                         headers={"Authorization": f"Bearer {key}"},
                         timeout=httpx.Timeout(60, connect=10))
 
@@ -375,7 +386,7 @@ def failures(result: Collected, limit: int = 20) -> Table | None:
     for e in bad[:limit]:
         error = e.get("error") or {}
         table.add_row(e["custom_id"], e["status"], str(error.get("code")),
-                      str(error.get("message"))[:80])
+                      escape(textwrap.shorten(str(error.get("message")), 300, placeholder=" …")))
     return table
 
 
@@ -384,34 +395,56 @@ def run(
     file: Annotated[Path, typer.Argument(exists=True, dir_okay=False, readable=True,
                                          help="JSONL file of batch requests")],
     out: Annotated[Path, typer.Option("--out", help="Directory for the outputs")],
-    api: Api = "http://127.0.0.1:8000",
-    key: Key = "",
+    api: Api = None,
+    key: Key = None,
     endpoint: Annotated[str | None, typer.Option(
         help="/v1/audio/speech or /v1/videos (default: the lines' url)")] = None,
     poll: Annotated[float, typer.Option(help="Seconds between status polls")] = 1.0,
 ) -> None:
     """Upload FILE, render it as a batch and download every output into OUT; re-run the
     same command to resume (nothing is rendered twice). Exits 1 if any request failed."""
-    started = time.monotonic()
+    started, state = time.monotonic(), {}
     try:
         source = read_input(file, endpoint)
-        out.mkdir(parents=True, exist_ok=True)
-        state = load_state(out, source)
         with client(api, key) as http:
+            out.mkdir(parents=True, exist_ok=True)
+            state.update(load_state(out, source))
             batch = follow(http, start(http, source, out, state), poll)
             if batch["status"] == "failed":
                 for e in (batch.get("errors") or {}).get("data") or []:
                     console.print(f"line {e.get('line')}: {e.get('code')}: {e.get('message')}")
             result = collect(http, batch, out)
     except (Refused, OSError, httpx.HTTPError) as exc:
-        console.print(f"[red]error:[/red] {exc}")
-        raise typer.Exit(2) from None
+        fail(exc)
+    except KeyboardInterrupt:
+        console.print(interrupted(state.get("batch_id")), soft_wrap=True)
+        raise typer.Exit(130) from None
     write_manifest(out, source, result)
     console.print(summary(batch, result, time.monotonic() - started))
     if table := failures(result):
         console.print(table)
     complete = all(e["status"] == "completed" for e in result.manifest.values())
     raise typer.Exit(0 if complete and len(result.manifest) == len(source.custom_ids) else 1)
+
+
+def fail(exc: BaseException) -> None:
+    """One line, whatever the terminal's width (and brackets in it printed as they are)."""
+    text = str(exc)
+    if isinstance(exc, httpx.ConnectError):
+        text = (f"cannot reach {exc.request.url.scheme}://{exc.request.url.netloc.decode()} "
+                f"({exc}): is omnijobs running there? --api or OMNIJOBS_API_URL names "
+                "another address")
+    console.print(f"[red]error:[/red] {escape(text)}", soft_wrap=True)
+    raise typer.Exit(2) from None
+
+
+def interrupted(batch_id: str | None) -> str:
+    """Ctrl-C stops this command, not the batch: say so, and how to pick it up again."""
+    if batch_id is None:
+        return "interrupted before the batch started; run the same command again to start it"
+    return (f"interrupted: batch {batch_id} keeps running on the server; run the same "
+            f"command again to resume (it downloads what is done), or stop the batch with "
+            f"omnijobs batch cancel {batch_id}")
 
 
 def show(batch: dict) -> None:
@@ -430,22 +463,21 @@ def show(batch: dict) -> None:
     console.print(table)
 
 
-def _request(api: str, key: str, method: str, path: str) -> dict:
+def _request(api: str | None, key: str | None, method: str, path: str) -> dict:
     try:
         with client(api, key) as http:
             return call(http, method, path)
     except (Refused, httpx.HTTPError) as exc:
-        console.print(f"[red]error:[/red] {exc}")
-        raise typer.Exit(2) from None
+        fail(exc)
 
 
 @batch_cli.command("status")
-def status(batch_id: str, api: Api = "http://127.0.0.1:8000", key: Key = "") -> None:
+def status(batch_id: str, api: Api = None, key: Key = None) -> None:
     """Show a batch: status, request counts, files, times and errors."""
     show(_request(api, key, "GET", f"/batches/{batch_id}"))
 
 
 @batch_cli.command("cancel")
-def cancel(batch_id: str, api: Api = "http://127.0.0.1:8000", key: Key = "") -> None:
+def cancel(batch_id: str, api: Api = None, key: Key = None) -> None:
     """Cancel a batch: queued requests at once, running ones at their next step."""
     show(_request(api, key, "POST", f"/batches/{batch_id}/cancel"))

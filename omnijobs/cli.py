@@ -20,12 +20,12 @@ from core.settings import PLACEHOLDER_SECRETS, Settings
 from omnijobs.batch_cli import batch_cli
 from omnijobs.usage_cli import usage_command
 
-from . import console, startup
+from . import console, local, startup
 
-cli = typer.Typer(help="omnijobs: durable speech and video jobs.", no_args_is_help=True)
-keys_cli = typer.Typer(help="Manage API keys.", no_args_is_help=True)
+cli = console.commands(help="omnijobs: durable speech and video jobs.")
+keys_cli = console.commands(help="Manage API keys.")
 cli.add_typer(keys_cli, name="keys")
-webhooks_cli = typer.Typer(help="Webhook signing secrets.", no_args_is_help=True)
+webhooks_cli = console.commands(help="Webhook signing secrets.")
 cli.add_typer(webhooks_cli, name="webhooks")
 cli.add_typer(batch_cli, name="batch")
 
@@ -50,7 +50,8 @@ def _settings(create_home: bool = True) -> Settings:
 
 
 def _logging(level: str = "INFO") -> None:
-    console.setup_logging(level, Settings().log_format)
+    settings = Settings()
+    console.setup_logging(level, settings.log_format, embedded=settings.mode == "embedded")
 
 
 @cli.command()
@@ -280,10 +281,12 @@ def _serve_summed(port: int, host: str, folder: Path) -> None:
 
 
 API_LOG_LEVEL = "OMNIJOBS_API_WORKER_LOG_LEVEL"  # handed to --workers' processes
+Port = Annotated[int | None, typer.Option(
+    help="Port to listen on", show_default="OMNIJOBS_PORT, else 8000")]
 
 
 @cli.command()
-def api(host: str = "127.0.0.1", port: int = 8000, log_level: LogLevel = "info",
+def api(host: str = "127.0.0.1", port: Port = None, log_level: LogLevel = "info",
         metrics_port: Annotated[int | None, typer.Option(
             help="Serve Prometheus metrics on this port (same host; with --workers N, "
             "the sum over the N processes)")] = None,
@@ -295,8 +298,11 @@ def api(host: str = "127.0.0.1", port: int = 8000, log_level: LogLevel = "info",
     import uvicorn
 
     settings = _settings()
+    port = settings.port if port is None else port
     _refuse_exposed_placeholder(settings, host)
     console.require_free_port(host, port)
+    if metrics_port is not None:
+        console.require_free_port(host, metrics_port, "--metrics-port")
     _logging(log_level)
     startup.log_start(settings, "api")
     if workers == 1:
@@ -355,6 +361,7 @@ def _supervised(metrics_port: int | None) -> int:
     args = [*_without_option(sys.argv[1:], "--metrics-port"), "--no-supervise"]
     if metrics_port is None:
         return _supervise(args)
+    console.require_free_port("0.0.0.0", metrics_port, "--metrics-port")
     with _metrics_folder() as folder:
         _serve_summed(metrics_port, "0.0.0.0", folder)
         return _supervise(args, folder)
@@ -430,7 +437,7 @@ def _run_worker(pipeline: list[str] | None, metrics_port: int | None, loglevel: 
     runtime.warm(names)  # a refusal here stays one line: the start-up line comes after
     startup.log_start(settings, "worker", names)
     queues = [get_spec(n).queue for n in names]
-    argv = [*_quiet(settings), "worker", "--pool=solo", "-Q", ",".join(queues),
+    argv = ["--quiet", "worker", "--pool=solo", "-Q", ",".join(queues),
             f"--loglevel={loglevel}",
             "-n", f"omnijobs-{os.getpid()}@%h", "--without-gossip", "--without-mingle", "-E"]
     try:
@@ -438,11 +445,6 @@ def _run_worker(pipeline: list[str] | None, metrics_port: int | None, loglevel: 
     finally:
         if runtime.restart_requested:
             os._exit(RESTART_EXIT)  # after Celery's warm shutdown drained in-flight work
-
-
-def _quiet(settings: Settings) -> list[str]:
-    """Celery's start-up banner is left out where logs are for a person to read."""
-    return ["--quiet"] if settings.log_format == "text" else []
 
 
 @cli.command()
@@ -456,13 +458,14 @@ def maintenance(log_level: LogLevel = "INFO", metrics_port: Annotated[int | None
     from tasks.maintenance import run
     from tasks.runtime import get_runtime
 
+    if metrics_port is not None:
+        console.require_free_port("0.0.0.0", metrics_port, "--metrics-port")
     _logging(log_level)
     settings = _settings()
     startup.log_start(settings, "maintenance")
     runtime = get_runtime(settings)
     runtime.check_line = line_checker(settings)  # batch lines: the API's own contract
-    run(runtime, make_celery(settings), log_level.upper(), quiet=bool(_quiet(settings)),
-        metrics_port=metrics_port)
+    run(runtime, make_celery(settings), log_level.upper(), metrics_port=metrics_port)
 
 
 @cli.command()
@@ -484,7 +487,7 @@ def _drain_bound(settings: Settings) -> float:
 
 def key_file(settings: Settings):
     """Where ``omnijobs dev`` keeps its API key (the README points there)."""
-    return settings.home / "dev-api-key"
+    return local.key_file(settings.home)
 
 
 def _dev_key(settings: Settings) -> str:
@@ -502,7 +505,7 @@ def _dev_key(settings: Settings) -> str:
 
 
 @cli.command()
-def dev(host: str = "127.0.0.1", port: int = 8000,
+def dev(host: str = "127.0.0.1", port: Port = None,
         allow_remote: Annotated[bool, typer.Option(
             help="Allow a non-loopback --host (needs OMNIJOBS_SIGNING_SECRET)")] = False
         ) -> None:
@@ -515,6 +518,7 @@ def dev(host: str = "127.0.0.1", port: int = 8000,
     os.environ.setdefault("OMNIJOBS_LOG_FORMAT", "text")  # for a person (and the children)
     _logging()
     settings = _settings(create_home=False)
+    port = settings.port if port is None else port
     if settings.mode != "embedded":
         raise typer.BadParameter("omnijobs dev runs the embedded mode only")
     if not _is_loopback(host) and not allow_remote:
@@ -528,6 +532,7 @@ def dev(host: str = "127.0.0.1", port: int = 8000,
     startup.log_start(settings, "dev")
     upgrade(settings.db_url)
     key = _dev_key(settings)
+    local.write_url(settings.home, f"http://{host}:{port}")  # for the client commands here
     # In process groups of their own: Ctrl-C reaches `omnijobs dev` alone, which passes
     # one SIGTERM on per Ctrl-C (the worker drains on the first, hands back on a second).
     children = [subprocess.Popen([sys.executable, "-m", "omnijobs.cli", role],

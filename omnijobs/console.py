@@ -13,6 +13,8 @@ import socket
 import sys
 from collections.abc import Callable
 
+import typer
+
 from core.errors import OmniJobsError
 
 ERROR_EXIT = 1
@@ -21,6 +23,13 @@ ERROR_EXIT = 1
 class Refused(Exception):
     """The command cannot do what it was asked (a port in use, ...); the message says
     why and what to do instead."""
+
+
+def commands(help: str) -> typer.Typer:
+    """A command group whose help texts read well in a terminal: each docstring is
+    rendered as Markdown, so its paragraphs are reflowed to the terminal's width (not
+    the source's line breaks) and ``code`` is shown as code, not as backticks."""
+    return typer.Typer(help=help, no_args_is_help=True, rich_markup_mode="markdown")
 
 
 def explain(exc: BaseException) -> str | None:
@@ -61,9 +70,9 @@ def run(command: Callable[[], object], argv: list[str]) -> None:
         raise SystemExit(ERROR_EXIT) from None
 
 
-def require_free_port(host: str, port: int) -> None:
+def require_free_port(host: str, port: int, option: str = "--port") -> None:
     """Fail before anything is started or printed if another process listens on the
-    address (the server would only find out after the banner)."""
+    address (the server would only find out after the banner, or with a traceback)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     with socket.socket(family, socket.SOCK_STREAM) as probe:
         probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds
@@ -71,7 +80,7 @@ def require_free_port(host: str, port: int) -> None:
             probe.bind((host, port))
         except OSError as exc:
             raise Refused(f"cannot listen on {host}:{port}: {exc.strerror}; is omnijobs "
-                          "already running there? Stop it or pick another --port") from exc
+                          f"already running there? Stop it or pick another {option}") from exc
 
 
 # Loggers that speak on every task, connection or migration step: in the text format
@@ -82,22 +91,45 @@ CHATTY = {"celery.worker.strategy": logging.WARNING, "celery.app.trace": logging
           "alembic.runtime.migration": logging.WARNING, "kombu.connection": logging.ERROR}
 
 
-def setup_logging(level: str = "INFO", fmt: str = "json") -> None:
+def setup_logging(level: str = "INFO", fmt: str = "json", embedded: bool = False) -> None:
     """JSON lines on stderr (``extra={"job_id": ...}`` on a record becomes a field), or
-    ``text``: one readable line per record, the chatty loggers quieter."""
+    ``text``: one readable line per record, the chatty loggers quieter. Python warnings
+    (Celery's among them) become records of the same format, not bare text between them;
+    ``embedded``: Celery's warning about running as root is left out (see
+    ``quiet_root_warning``)."""
     handler = logging.StreamHandler()
     if fmt == "text":
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)-7s %(name)s: "
                                                "%(message)s", "%H:%M:%S"))
     else:
+        from pythonjsonlogger.core import RESERVED_ATTRS
         from pythonjsonlogger.json import JsonFormatter
 
+        # uvicorn adds `color_message` (its message with ANSI colours) to its records.
         handler.setFormatter(JsonFormatter("%(asctime)s %(levelname)s %(name)s %(message)s",
                                            rename_fields={"levelname": "level",
-                                                          "asctime": "time"}))
+                                                          "asctime": "time"},
+                                           reserved_attrs=[*RESERVED_ATTRS, "color_message"]))
     logging.basicConfig(level=level.upper(), handlers=[handler], force=True)
+    logging.captureWarnings(True)
     for name, quieter in CHATTY.items():
         logging.getLogger(name).setLevel(quieter if fmt == "text" else logging.NOTSET)
+    if embedded:
+        quiet_root_warning()
+
+
+def quiet_root_warning() -> None:
+    """Celery warns at every worker start when it runs as root. The embedded mode is a
+    person's own machine, bound to loopback, and our workers accept JSON only (the
+    warning's real danger, pickle, Celery refuses outright as root): whoever runs it as
+    root chose to. Production images run as an unprivileged user, so there the warning
+    stays, as one log record, for a deployment that runs them as root anyway."""
+    import warnings
+
+    from celery.exceptions import SecurityWarning
+
+    warnings.filterwarnings("ignore", message="You're running the worker with superuser",
+                            category=SecurityWarning)
 
 
 # ---- the Configuration table ----------------------------------------------------------

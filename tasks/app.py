@@ -9,6 +9,7 @@ second worker.
 
 from __future__ import annotations
 
+import logging
 import signal
 import threading
 
@@ -24,6 +25,9 @@ from .dispatch import MAINTENANCE_QUEUE
 # before its task runs, and the task holds it until generation ends (at most the
 # pipeline's maximum runtime): the visibility timeout leaves this much beyond that.
 VISIBILITY_MARGIN_S = 900.0
+
+log = logging.getLogger(__name__)
+_stopping = threading.Event()  # this process has said it is stopping
 
 
 def visibility_timeout_s(settings: Settings) -> float:
@@ -99,20 +103,36 @@ def _ready(sender=None, **_kwargs) -> None:
     from .runtime import _runtime
 
     if threading.current_thread() is threading.main_thread():
+        _without_shutdown_print(getattr(sender, "controller", None))
         signal.signal(signal.SIGINT, signal.getsignal(signal.SIGTERM))
     if _runtime is not None:
         _runtime.drain.app = getattr(sender, "app", None)
         _runtime.announce()
 
 
+def _without_shutdown_print(worker) -> None:
+    """Celery's SIGTERM handler, less its bare ``worker: Warm shutdown (MainProcess)``
+    print at every signal (between JSON lines, and once more per Ctrl-C passed on): the
+    process logs its own stop once, in its log format (``_begin_drain``)."""
+    from celery.apps.worker import install_worker_term_handler
+
+    if worker is not None:
+        install_worker_term_handler(worker, verbose=False)
+
+
 @worker_shutting_down.connect
 def _begin_drain(**_kwargs) -> None:
     """SIGTERM or SIGINT, in the signal handler: a render worker stops claiming now and
-    drains in a thread (the maintenance process, which renders nothing, just stops)."""
+    drains in a thread, which says so (the maintenance process, which renders nothing,
+    just stops, and says that once)."""
     from .runtime import _runtime
 
+    first = not _stopping.is_set()
+    _stopping.set()  # before anything else: a second signal may interrupt this handler
     if _runtime is not None and _runtime.served:
         _runtime.drain.begin()
+    elif first:
+        log.info("stopping: the maintenance steps end; webhook deliveries being sent finish")
 
 
 @worker_shutdown.connect

@@ -111,15 +111,16 @@ class Maintenance:
 
 
 def run(rt: WorkerRuntime, app: Celery, loglevel: str, concurrency: int = 4,
-        quiet: bool = False, metrics_port: int | None = None) -> None:
+        metrics_port: int | None = None) -> None:
     """The steps on their threads, and a Celery worker (threads pool) for the CPU queues
-    on the main thread, until a signal stops it (``quiet``: without Celery's banner).
-    ``metrics_port`` serves this process's metrics and the fleet's gauges."""
+    on the main thread, until a signal stops it (without Celery's banner: plain text
+    that the process's log lines already say). ``metrics_port`` serves this process's
+    metrics and the fleet's gauges."""
     if metrics_port is not None:
         serve_metrics(rt, metrics_port)
     rt.announce("maintenance")
     upkeep = Maintenance(rt, app).start()
-    argv = [*(["--quiet"] if quiet else []), "worker", "--pool=threads",
+    argv = ["--quiet", "worker", "--pool=threads",
             f"--concurrency={concurrency}",
             "-Q", ",".join(MAINTENANCE_QUEUES), f"--loglevel={loglevel}",
             "-n", f"maintenance-{os.getpid()}@%h", "--without-gossip", "--without-mingle",

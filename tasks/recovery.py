@@ -60,14 +60,23 @@ def relay_outbox(rt: WorkerRuntime, app: Celery, budget_s: float = RELAY_BUDGET_
 
 
 def reclaim(rt: WorkerRuntime, app: Celery, job: JobRecord) -> bool:
+    """Each job reclaimed is a line of its own, naming it (the step's count alone says
+    that something happened, not to which job)."""
+    where = f"job {job.id} ({job.pipeline}): its worker stopped responding on attempt " \
+            f"{job.attempts} of {job.max_attempts}"
     if job.attempts >= job.max_attempts:
-        return rt.jobs.fail(job.id, "lease_expired",
-                            f"worker stopped responding on attempt {job.attempts} of "
-                            f"{job.max_attempts}", attempt=job.attempts, only_if_expired=True)
+        failed = rt.jobs.fail(job.id, "lease_expired",
+                              f"worker stopped responding on attempt {job.attempts} of "
+                              f"{job.max_attempts}", attempt=job.attempts, only_if_expired=True)
+        if failed:
+            log.warning("%s; failed (no attempt left)", where, extra={"job_id": job.id})
+        return failed
     msg = rt.jobs.requeue(job.id, job.attempts, queue=queue_for(job.pipeline), delay_s=0,
                           code="lease_expired", message="worker stopped responding; retrying",
                           only_if_expired=True)
     publish_and_mark(app, rt.outbox, msg)
+    if msg is not None:
+        log.warning("%s; queued again", where, extra={"job_id": job.id})
     return msg is not None
 
 

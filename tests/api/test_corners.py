@@ -101,6 +101,18 @@ def test_unknown_routes_answer_in_openai_shape(client):
     assert_openai_error(client.delete("/v1/models"), 405, "method_not_allowed")
 
 
+def test_a_405_names_every_allowed_method_and_the_whole_path(client):
+    """GET and DELETE of /v1/jobs/{id} are two routes; the answer names both."""
+    path = "/v1/jobs/job_" + "0123456789abcdef" * 2
+    resp = client.put(path)
+    err = assert_openai_error(resp, 405, "method_not_allowed")
+    assert resp.headers["allow"] == "DELETE, GET"
+    assert err["message"] == f"method not allowed: PUT {path}; this path allows DELETE, GET"
+    listing = client.delete("/v1/models")
+    assert listing.headers["allow"] == "GET" and "allows GET" in listing.json()["error"][
+        "message"]
+
+
 # ---- input that cannot be spoken -----------------------------------------------------
 
 @pytest.mark.parametrize("text", [" ", ".", "...", "?!", "( )", "\n\t", "\u200b", "--"])

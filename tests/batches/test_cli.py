@@ -138,3 +138,26 @@ def test_status_cancel_and_failures(batch_stack, key, tmp_path):
     while "cancelled" not in (shown := omnijobs(env, "batch", "status", batch_id)).stdout:
         assert time.monotonic() < deadline, shown.stdout
     assert omnijobs(env, "batch", "status", "batch_nope").returncode == 2
+
+
+def test_ctrl_c_says_the_batch_keeps_running_and_how_to_resume(batch_stack, key, tmp_path):
+    env = cli_env(batch_stack, key)
+    slow = write_input(tmp_path / "slow.jsonl", 2, model="test-slow")  # never rendered here
+    runner = subprocess.Popen([sys.executable, "-m", "omnijobs.cli", "batch", "run", str(slow),
+                               "--out", str(tmp_path / "slow")], env=env, cwd=ROOT,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    state = tmp_path / "slow" / ".omnijobs-batch.json"
+    wait_until(lambda: "batch_id" in json.loads(state.read_text()), 60, "the batch id")
+    batch_id = json.loads(state.read_text())["batch_id"]
+    try:
+        runner.send_signal(signal.SIGINT)
+        output, _ = runner.communicate(timeout=60)
+        assert runner.returncode == 130, output
+        last = output.strip().splitlines()[-1]
+        assert f"batch {batch_id} keeps running" in last, output
+        assert "run the same command again to resume" in last
+        assert f"omnijobs batch cancel {batch_id}" in last and "Traceback" not in output
+        shown = omnijobs(env, "batch", "status", batch_id)
+        assert "in_progress" in shown.stdout or "validating" in shown.stdout, shown.stdout
+    finally:
+        omnijobs(env, "batch", "cancel", batch_id)

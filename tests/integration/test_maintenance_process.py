@@ -3,6 +3,7 @@ relay and reaper while the only render worker is busy, retention, orphans."""
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from datetime import UTC, datetime, timedelta
@@ -62,6 +63,10 @@ def test_relay_and_reaper_run_while_the_only_render_worker_is_busy(stack, db):
                         and reclaimed.status.value == "queued")
 
             wait_until(recovered, WITHIN_S, "relay and reaper beside a busy render worker")
+            reaped = [json.loads(line) for line in stack.processes["maintenance"].log
+                      .read_text().splitlines() if orphaned.id in line]
+            assert [r["job_id"] for r in reaped] == [orphaned.id]  # named, in its field
+            assert "attempt 1 of 3; queued again" in reaped[0]["message"]
             assert c.get(f"/v1/jobs/{busy}").json()["status"] == "running"
         finally:
             c.post(f"/v1/jobs/{busy}/cancel")

@@ -213,3 +213,31 @@ def test_metrics_count_submissions(stack, client):
         client.post("/v1/audio/speech", headers=headers,
                     json={"model": "tts-1", "input": "Count me once."})
     assert submitted() == before + 2
+
+
+def test_delete_of_a_completed_speech_job_removes_its_outputs_and_record(stack, client,
+                                                                       seaweedfs):
+    """As DELETE /v1/videos/{id} does for a video: the objects in the store, then the
+    record; the signed URL handed out before answers 404 after."""
+    resp = client.post("/v1/audio/speech", json={"model": "tts-1", "input": TEXT,
+                                                 "voice": "alloy", "response_format": "wav"})
+    assert resp.status_code == 200, resp.text
+    job = wait_job(client, resp.headers["x-job-id"])
+    [out] = job["outputs"]
+    assert httpx.get(out["url"], timeout=30).status_code == 200
+    s3, bucket = seaweedfs.client(), stack.env["OMNIJOBS_S3_BUCKET"]
+
+    def stored() -> list[str]:  # keys are tenant/job/attempt/...
+        pages = s3.get_paginator("list_objects_v2").paginate(Bucket=bucket)
+        return [o["Key"] for page in pages for o in page.get("Contents", [])
+                if f"/{job['id']}/" in o["Key"]]
+
+    assert stored()
+    deleted = client.delete(f"/v1/jobs/{job['id']}")
+    assert deleted.status_code == 200, deleted.text
+    assert deleted.json() == {"id": job["id"], "object": "job.deleted", "deleted": True}
+    assert stored() == []
+    assert httpx.get(out["url"], timeout=30).status_code == 404
+    assert_openai_error(client.get(f"/v1/jobs/{job['id']}"), 404)
+    assert_openai_error(client.get(f"/v1/jobs/{job['id']}/content"), 404)
+    assert_openai_error(client.delete(f"/v1/jobs/{job['id']}"), 404)
