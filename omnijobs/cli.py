@@ -289,8 +289,6 @@ def api(host: str = "127.0.0.1", port: int = 8000, log_level: LogLevel = "info",
     OMNIJOBS_METRICS_PUBLIC=true)."""
     import uvicorn
 
-    from api.app import quiet_collector
-
     settings = _settings()
     _refuse_exposed_placeholder(settings, host)
     console.require_free_port(host, port)
@@ -300,6 +298,8 @@ def api(host: str = "127.0.0.1", port: int = 8000, log_level: LogLevel = "info",
             from prometheus_client import start_http_server
 
             start_http_server(metrics_port, addr=host)
+        from api.app import quiet_collector
+
         app = build_api(settings)
         quiet_collector()
         uvicorn.run(app, host=host, port=port, log_level=log_level.lower(),
