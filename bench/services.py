@@ -262,7 +262,7 @@ def start_bare(pg: str, redis: str, logdir: Path, stack: ExitStack) -> tuple[Pro
     process = spawn("bare", argv, env, ROOT, logdir, stack)
     base = f"http://127.0.0.1:{port}"
     try:
-        wait_ready(process, http_ok(f"{base}/healthz"), 60)
+        wait_ready(process, http_ok(f"{base}/healthz"), 240)
     except ProcessExited as exc:
         raise RuntimeError(str(exc)) from exc
     return process, base
