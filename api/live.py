@@ -30,7 +30,7 @@ from pydantic import BaseModel
 
 from core.errors import InvalidRequest, TooManyRequests
 from core.jobs import JobStatus
-from storage.bus import Bus, Subscription, Watcher
+from storage.bus import Bus, Result, Subscription, Watcher
 from storage.records import JobRecord
 
 from .deps import Services
@@ -161,16 +161,20 @@ class Watch:
         return await self.sub.wait(remaining_s)
 
 
-async def wait_for(svc: Services, job: JobRecord, timeout_s: float) -> JobRecord:
-    """The job once it ends or the timeout passes, pushed by notices (no poll loop)."""
+async def wait_for(svc: Services, job: JobRecord, timeout_s: float) -> JobRecord | Result:
+    """The job once it ends or the timeout passes, pushed by notices (no poll loop); or
+    its result, when the worker handed it over with the completion (storage/bus.py):
+    the bytes it stored for the job it recorded completed, so no read is needed."""
     live = svc.live
     deadline = time.monotonic() + timeout_s
     with live.watcher.subscribe(job.id) as sub, LIVE_ACTIVE.labels("wait").track_inprogress():
-        await watch_bus(live.bus, job.id)
+        await run_in_threadpool(live.bus.expect_result, job.id, timeout_s)
         watch = Watch(svc, job, sub)
         job = await watch.reload()
         while not job.status.terminal and (left := deadline - time.monotonic()) > 0:
             if await watch.next(left):
+                if sub.result is not None:  # sent only once the job is recorded completed
+                    return sub.result
                 job = await watch.reload()
     return job
 

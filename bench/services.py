@@ -222,7 +222,7 @@ def start_api(tree: Tree, env: dict[str, str], logdir: Path, workers: int | None
     process = spawn(name, argv, env, tree.path, logdir)
     base = f"http://127.0.0.1:{port}"
     try:
-        wait_ready(process, http_ok(f"{base}/readyz"), 90)
+        wait_ready(process, http_ok(f"{base}/readyz"), 240)  # a loaded 2-core machine
     except ProcessExited as exc:
         if workers is not None and exc.process.proc.returncode == 2 and \
                 "--workers" in exc.process.tail():
@@ -262,7 +262,7 @@ def start_bare(pg: str, redis: str, logdir: Path, stack: ExitStack) -> tuple[Pro
     process = spawn("bare", argv, env, ROOT, logdir, stack)
     base = f"http://127.0.0.1:{port}"
     try:
-        wait_ready(process, http_ok(f"{base}/healthz"), 60)
+        wait_ready(process, http_ok(f"{base}/healthz"), 240)
     except ProcessExited as exc:
         raise RuntimeError(str(exc)) from exc
     return process, base

@@ -310,7 +310,11 @@ def api(host: str = "127.0.0.1", port: Port = None, log_level: LogLevel = "info"
             from prometheus_client import start_http_server
 
             start_http_server(metrics_port, addr=host)
-        uvicorn.run(build_api(settings), host=host, port=port, log_level=log_level.lower(),
+        from api.app import quiet_collector
+
+        app = build_api(settings)
+        quiet_collector()
+        uvicorn.run(app, host=host, port=port, log_level=log_level.lower(),
                     log_config=None, access_log=False)
         return
     with _metrics_folder() as folder:  # before the processes start: they inherit it
@@ -324,8 +328,12 @@ def api(host: str = "127.0.0.1", port: Port = None, log_level: LogLevel = "info"
 def api_worker_app():
     """The app of one ``omnijobs api --workers N`` process (uvicorn starts each afresh:
     settings from the environment, logging as the parent's)."""
+    from api.app import quiet_collector
+
     _logging(os.environ.get(API_LOG_LEVEL, "info"))
-    return build_api(_settings())
+    app = build_api(_settings())
+    quiet_collector()
+    return app
 
 
 @cli.command()

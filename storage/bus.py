@@ -8,8 +8,17 @@ format its client asked.
 A worker sends chunks only while someone listens (``listen``), so jobs nobody streams
 cost one existence check per chunk.
 
+A synchronous wait may also ask for the result itself (``expect_result``): the worker
+that completes the job then hands the encoded bytes of a small output (``HANDOFF_MAX_BYTES``)
+to the waiting process with the completion, after the output is stored and the job
+recorded, so the answer needs neither a database read nor a store GET. The handed result
+is a copy of what was stored; a wait that gets none (a lost message, a large output, no
+one asked) reads the record and the store as before.
+
 Production (a Redis broker): a notice is a ``PUBLISH`` on ``omnijobs:live:<job>``, and
-each API process holds one pattern subscription for all of them (``RedisWatcher``); a
+each API process holds one pattern subscription for all of them (``RedisWatcher``) plus
+a channel of its own (its inbox), named in ``omnijobs:wait:<job>`` by a wait that expects
+the result, where only that process receives the result's bytes; a
 listened-to job's chunks go to a Redis Stream ``omnijobs:audio:<job>`` (capped, expiring)
 that readers page through by entry id, so a reader that starts late loses nothing.
 
@@ -25,10 +34,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import os
 import shutil
 import time
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,6 +53,11 @@ log = logging.getLogger(__name__)
 NOTICE = "omnijobs:live:"
 AUDIO = "omnijobs:audio:"
 LISTEN = "omnijobs:listen:"
+WAIT = "omnijobs:wait:"
+INBOX = "omnijobs:inbox:"
+# A result handed to a waiting request with its completion is at most this large (a few
+# seconds of WAV); a larger one is read from the store. Every byte passes through Redis.
+HANDOFF_MAX_BYTES = 1 << 20
 AUDIO_TTL_S = 600  # a stream's chunks outlive its last chunk by this much
 LISTEN_TTL_S = 3600
 AUDIO_MAXLEN = 20_000
@@ -56,6 +72,28 @@ class Chunk:
     attempt: int
     samples: np.ndarray  # (channels, k) float32
     sample_rate: int
+
+
+@dataclass(frozen=True)
+class Result:
+    """A completed job's single output, handed to the process waiting for it: the
+    bytes that were stored under the job's output record, and their content type."""
+
+    job_id: str
+    attempt: int
+    content_type: str
+    data: bytes
+
+    def encode(self) -> bytes:
+        head = json.dumps({"job": self.job_id, "attempt": self.attempt,
+                           "type": self.content_type}).encode()
+        return head + b"\n" + self.data
+
+    @classmethod
+    def decode(cls, raw: bytes) -> Result:
+        head, _, data = raw.partition(b"\n")
+        meta = json.loads(head)
+        return cls(str(meta["job"]), int(meta["attempt"]), str(meta["type"]), data)
 
 
 class Bus:
@@ -74,6 +112,16 @@ class Bus:
     def listen(self, job_id: str) -> None:
         """Ask for this job's audio chunks (and its notices)."""
         raise NotImplementedError
+
+    def expect_result(self, job_id: str, ttl_s: float) -> None:
+        """Ask for this job's notices and, where the bus can carry it, its small result
+        with the completion (for about ``ttl_s``)."""
+        self.watch(job_id)
+
+    def hand_result(self, result: Result) -> bool:
+        """The worker, after recording the completion: give the result to the process
+        that expects it, if one does (True when sent). The notice still follows."""
+        return False
 
     def listening(self, job_id: str) -> bool:
         raise NotImplementedError
@@ -99,10 +147,25 @@ class RedisBus(Bus):
         self.settings = settings
         self._client = redis_client(settings)
         self._breaker = Breaker()
+        self.inbox = INBOX + uuid.uuid4().hex  # this process's own channel (its watcher's)
 
     def notify(self, job_id: str) -> None:
         with self._breaker:
             self._client.publish(NOTICE + job_id, b"1")
+
+    def expect_result(self, job_id: str, ttl_s: float) -> None:
+        with self._breaker:
+            self._client.set(WAIT + job_id, self.inbox, ex=max(1, int(ttl_s) + 1))
+
+    def hand_result(self, result: Result) -> bool:
+        if len(result.data) > HANDOFF_MAX_BYTES:
+            return False
+        with self._breaker:
+            inbox = self._client.get(WAIT + result.job_id)
+            if inbox is None:
+                return False
+            self._client.publish(inbox, result.encode())
+        return True
 
     def listen(self, job_id: str) -> None:
         with self._breaker:
@@ -135,7 +198,7 @@ class RedisBus(Bus):
         return chunks
 
     def watcher(self) -> Watcher:
-        return RedisWatcher(self.settings)
+        return RedisWatcher(self.settings, self.inbox)
 
 
 class SpoolBus(Bus):
@@ -222,6 +285,7 @@ class Subscription:
     def __init__(self) -> None:
         self.event = asyncio.Event()
         self.seen: object = None
+        self.result: Result | None = None  # handed with the completion (``expect_result``)
 
     async def wait(self, timeout_s: float) -> bool:
         # ``asyncio.timeout``, not ``wait_for``: on Python 3.11 ``wait_for`` wraps the
@@ -272,6 +336,12 @@ class Watcher:
         for sub in self._subs.get(job_id, ()):
             sub.event.set()
 
+    def hand(self, result: Result) -> None:
+        """A result for the watchers of its job (and a wake-up)."""
+        for sub in self._subs.get(result.job_id, ()):
+            sub.result = result
+            sub.event.set()
+
     def wake_all(self) -> None:
         for job_id in list(self._subs):
             self.wake(job_id)
@@ -292,9 +362,9 @@ class RedisWatcher(Watcher):
     and made again (a busy host is not taken for a dead one); meanwhile the watchers'
     database resync carries on."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, inbox: str | None = None) -> None:
         super().__init__()
-        self.settings = settings
+        self.settings, self.inbox = settings, inbox
 
     async def _run(self) -> None:
         from .redisconn import async_redis_client
@@ -303,6 +373,8 @@ class RedisWatcher(Watcher):
             client = async_redis_client(self.settings)
             try:
                 async with client.pubsub() as pubsub:
+                    if self.inbox is not None:
+                        await pubsub.subscribe(self.inbox)
                     await pubsub.psubscribe(NOTICE + "*")
                     await self._listen(pubsub)
             except asyncio.CancelledError:
@@ -327,8 +399,19 @@ class RedisWatcher(Watcher):
                     raise TimeoutError(f"no answer from Redis in {quiet_s:g}s")
             if msg["type"] == "pmessage":
                 self.wake(msg["channel"].decode()[len(NOTICE):])
+            elif msg["type"] == "message":
+                self._handed(msg["data"])
             elif msg["type"] == "psubscribe":
                 self.wake_all()  # (subscribed again) anything sent meanwhile is re-read
+
+
+    def _handed(self, raw: bytes) -> None:
+        try:
+            result = Result.decode(raw)
+        except (ValueError, KeyError, TypeError):  # not ours to read: the notice follows
+            log.warning("live notices: unreadable result message dropped")
+            return
+        self.hand(result)
 
 
 class SpoolWatcher(Watcher):

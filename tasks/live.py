@@ -12,7 +12,7 @@ import logging
 import numpy as np
 
 from media.audio import AudioAggregator
-from storage.bus import Bus
+from storage.bus import Bus, Result
 
 log = logging.getLogger(__name__)
 
@@ -25,6 +25,18 @@ def notify(bus: Bus | None, job_id: str) -> None:
     except Exception:
         log.warning("live notice for %s not sent", job_id, exc_info=True,
                     extra={"job_id": job_id})
+
+
+def hand_result(bus: Bus | None, result: Result) -> None:
+    """The completed job's result to the process that waits for it, if one does, before
+    the notice (which every watcher gets): a failure costs only the wait's own reads."""
+    if bus is None:
+        return
+    try:
+        bus.hand_result(result)
+    except Exception:
+        log.warning("result of %s not handed to its waiter", result.job_id, exc_info=True,
+                    extra={"job_id": result.job_id})
 
 
 class AudioTap:

@@ -31,12 +31,13 @@ from core.errors import (
 from core.jobs import JobKind, JobStatus
 from media.audio import AudioAggregator
 from pipelines import RunContext, SpeechRequest, VideoRequest, get_spec
+from storage.bus import Result
 from storage.records import JobRecord, OutputRecord
 
 from .dispatch import RENDER_TASK, publish_and_mark
 from .finalize import cancelled_guard, finalize_speech, finalize_video
 from .lease import Lease
-from .live import AudioTap, notify
+from .live import AudioTap, hand_result, notify
 from .metrics import FINALIZE_SECONDS, GENERATE_SECONDS, JOBS_FINISHED
 from .runtime import WorkerRuntime, get_runtime
 from .uploads import PatientStore, discard_uploads
@@ -118,12 +119,17 @@ def record_failure(rt: WorkerRuntime, app: Celery, job: JobRecord, exc: BaseExce
 
 def finish(rt: WorkerRuntime, app: Celery, job: JobRecord, raw: Any, lease: Lease) -> str:
     """Runs on the finalize thread, where nobody reads the Future: log what escapes."""
+    store = PatientStore(rt.store, cancelled_guard(lease.lost_now), rt.settings.storage_retry_s)
     try:
-        result = _finish(rt, app, job, raw, lease)
+        result, outputs = _finish(rt, app, job, store, raw, lease)
     except Exception:
         log.exception("job %s: finalize bookkeeping failed; the reaper will retry it",
                       job.id, extra={"job_id": job.id})
-        result = "error"
+        result, outputs = "error", []
+    if result == "completed" and len(outputs) == 1 and outputs[0].key in store.small:
+        out = outputs[0]
+        hand_result(rt.bus, Result(job.id, job.attempts, out.content_type,
+                                   store.small[out.key]))
     notify(rt.bus, job.id)
     JOBS_FINISHED.labels(job.pipeline, result).inc()
     return result
@@ -150,8 +156,9 @@ def complete(rt: WorkerRuntime, job: JobRecord, outputs: list[OutputRecord],
     return False
 
 
-def _finish(rt: WorkerRuntime, app: Celery, job: JobRecord, raw: Any, lease: Lease) -> str:
-    store = PatientStore(rt.store, cancelled_guard(lease.lost_now), rt.settings.storage_retry_s)
+def _finish(rt: WorkerRuntime, app: Celery, job: JobRecord, store: PatientStore, raw: Any,
+            lease: Lease) -> tuple[str, list[OutputRecord]]:
+    """The outcome, and the outputs recorded when it is ``completed``."""
     with lease:  # held until the job is recorded, so the reaper leaves it alone
         with FINALIZE_SECONDS.labels(job.pipeline).time():
             try:
@@ -159,15 +166,15 @@ def _finish(rt: WorkerRuntime, app: Celery, job: JobRecord, raw: Any, lease: Lea
             except Exception as exc:
                 result = stopped(rt, app, job, lease, exc)
                 discard_uploads(rt, job, store.uploaded)
-                return result
+                return result, []
         if not complete(rt, job, outputs, cost(rt, job, lease)):
             log.info("job %s finished but was no longer ours; result dropped", job.id,
                      extra={"job_id": job.id})
             rt.jobs.record_render(job.id, job.attempts, *cost(rt, job, lease))
             discard_uploads(rt, job, store.uploaded)
-            return "lost"
+            return "lost", []
     log.info("job %s completed", job.id, extra={"job_id": job.id})
-    return "completed"
+    return "completed", outputs
 
 
 def stopped(rt: WorkerRuntime, app: Celery, job: JobRecord, lease: Lease,

@@ -8,6 +8,7 @@ from collections.abc import Callable
 
 from core.errors import StorageFailed
 from core.jobs import JobStatus
+from storage.bus import HANDOFF_MAX_BYTES
 from storage.objects import ObjectStore
 from storage.records import JobRecord
 
@@ -23,11 +24,13 @@ class PatientStore:
     unreachable is retried in place for up to ``budget_s``, holding the rendered result
     and the lease (``guard`` heartbeats before every try and stops if the job is no
     longer ours): the accelerator's work is never redone because the store blinked.
-    Remembers what it uploaded, for cleanup."""
+    Remembers what it uploaded, for cleanup, and the bytes of small uploads, which a
+    waiting request may be handed with the completion (storage/bus.py)."""
 
     def __init__(self, store: ObjectStore, guard: Callable[[], None], budget_s: float) -> None:
         self._store, self._guard, self._budget_s = store, guard, budget_s
         self.uploaded: set[str] = set()
+        self.small: dict[str, bytes] = {}
 
     def put(self, key: str, data: bytes, content_type: str) -> None:
         deadline = time.monotonic() + self._budget_s
@@ -45,6 +48,8 @@ class PatientStore:
                 delay = min(2 * delay, MAX_DELAY_S)
                 self._guard()
         self.uploaded.add(key)
+        if len(data) <= HANDOFF_MAX_BYTES:
+            self.small[key] = data
 
     def __getattr__(self, name: str):
         return getattr(self._store, name)

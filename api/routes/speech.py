@@ -25,6 +25,7 @@ from core.errors import (
 from core.jobs import JobKind, JobStatus
 from core.settings import Settings
 from pipelines import PipelineSpec, SpeechRequest, resolve_model
+from storage.bus import Result
 from storage.records import JobRecord
 
 from ..deadlines import NAMES as DEADLINES
@@ -138,9 +139,12 @@ async def streamed(svc: Services, body: SpeechCreate, job: JobRecord, slot: Slot
 async def waited(svc: Services, job: JobRecord, wait: float, applied: str | None
                  ) -> Response:
     try:
-        job = await wait_for(svc, job, wait)
+        ended = await wait_for(svc, job, wait)
     except Exception:  # the job exists: never answer in a way that invites a resubmit
         log.warning("waiting for job %s failed; answering 202", job.id, exc_info=True,
                     extra={"job_id": job.id})
         return accepted(svc, job, None)
-    return await result(svc, job, applied)
+    if isinstance(ended, Result):  # handed over with the completion: the stored bytes
+        return Response(content=ended.data, media_type=ended.content_type,
+                        headers={"X-Job-Id": job.id})
+    return await result(svc, ended, applied)

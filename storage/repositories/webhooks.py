@@ -17,7 +17,7 @@ from dataclasses import asdict
 from datetime import UTC, datetime, timedelta
 from urllib.parse import urlsplit
 
-from sqlalchemy import delete, func, literal, select, union_all, update
+from sqlalchemy import bindparam, delete, func, literal, select, union_all, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -78,6 +78,17 @@ def subscribe_job(s: Session, job_id: str, hook: JobWebhookRequest | None) -> No
         s.add(JobWebhook(job_id=job_id, url=hook.url, event_types=list(hook.event_types)))
 
 
+# The job's own subscription and the tenant's endpoints, in one round trip: built once
+# (every claim and completion runs it), with the job and tenant bound per call.
+_TARGETS = union_all(
+    select(literal(False).label("endpoint"), JobWebhook.url.label("target"),
+           JobWebhook.event_types).where(JobWebhook.job_id == bindparam("job_id"),
+                                         JobWebhook.stopped_at.is_(None)),
+    select(literal(True), WebhookEndpoint.id, WebhookEndpoint.event_types).where(
+        WebhookEndpoint.tenant_id == bindparam("tenant_id"),
+        WebhookEndpoint.disabled_at.is_(None)))
+
+
 def stage_job_event(s: Session, job_id: str, event: str, job: Job | None = None) -> None:
     """Write the event and one delivery per interested target, in the caller's
     transaction. ``started`` is reported for the first attempt only. A batch's jobs have
@@ -89,14 +100,7 @@ def stage_job_event(s: Session, job_id: str, event: str, job: Job | None = None)
     if job is None or job.batch_id is not None or (event == "started" and job.attempts > 1):
         return
     event_type = f"{job.kind}.{event}"
-    # The job's own subscription and the tenant's endpoints, in one round trip.
-    rows = s.execute(union_all(
-        select(literal(False).label("endpoint"), JobWebhook.url.label("target"),
-               JobWebhook.event_types).where(JobWebhook.job_id == job_id,
-                                             JobWebhook.stopped_at.is_(None)),
-        select(literal(True), WebhookEndpoint.id, WebhookEndpoint.event_types).where(
-            WebhookEndpoint.tenant_id == job.tenant_id,
-            WebhookEndpoint.disabled_at.is_(None)))).all()
+    rows = s.execute(_TARGETS, {"job_id": job_id, "tenant_id": job.tenant_id}).all()
     targets: list[tuple[str | None, str | None, str]] = [  # (endpoint, url, target)
         (target, None, target) if endpoint else (None, target, job_id)
         for endpoint, target, types in rows if event_type in types]

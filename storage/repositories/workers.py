@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from sqlalchemy import delete, select
+from sqlalchemy import delete, func, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from ..models import Worker
@@ -35,25 +35,26 @@ class WorkerRepository:
         self._sessions = sessions
 
     def beat(self, beat: WorkerBeat, ttl_s: float) -> None:
-        """Write the process's row: alive for ``ttl_s`` more seconds. An update, or an
-        insert the first time (only the process itself writes its row, so they never
-        race)."""
+        """Write the process's row: alive for ``ttl_s`` more seconds. One UPDATE on its
+        own (a worker beats at every claim and completion, beside the job's own
+        statements), or an insert the first time (only the process itself writes its
+        row, so they never race)."""
         now = _now()
         values = {"role": beat.role, "host": beat.host, "pid": beat.pid,
                   "pipelines": list(beat.pipelines), "device": beat.device,
                   "version": beat.version, "started_at": beat.started_at,
                   "heartbeat_at": now, "expires_at": now + timedelta(seconds=ttl_s),
                   "job_id": beat.job_id}
-        with self._sessions.begin() as s:
-            row = s.get(Worker, beat.id)
-            if row is None:
-                row = Worker(id=beat.id, draining_at=None, **values)
-                s.add(row)
-            else:
-                for name, value in values.items():
-                    setattr(row, name, value)
-            if beat.draining and row.draining_at is None:
-                row.draining_at = now
+        draining = {"draining_at": func.coalesce(Worker.draining_at, now)} if beat.draining \
+            else {}
+        engine = self._sessions.kw["bind"]
+        with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+            done = conn.execute(update(Worker).where(Worker.id == beat.id).values(
+                **values, **draining)).rowcount
+        if not done:
+            with self._sessions.begin() as s:
+                s.add(Worker(id=beat.id, draining_at=now if beat.draining else None,
+                             **values))
 
     def remove(self, worker_id: str) -> bool:
         """A process that stops cleanly takes its row with it."""
