@@ -45,6 +45,7 @@ from .routes import (
     models,
     objects,
     speech,
+    video_capabilities,
     videos,
     webhooks,
 )
@@ -103,7 +104,8 @@ def create_app(settings: Settings, publish: Publisher,
         console_sessions=SessionRepository(sessions), activity=ActivityRepository(sessions),
         fleet=Fleet(WorkerRepository(sessions)))
     install_error_handlers(app)
-    for module in (speech, videos, jobs, events, models, objects, files, batches, webhooks):
+    for module in (speech, video_capabilities, videos, jobs, events, models, objects, files,
+                   batches, webhooks):
         app.include_router(module.router, responses=ERROR_RESPONSES)
     app.include_router(health.router)
     console.install(app)

@@ -17,6 +17,7 @@ from core.errors import InvalidRequest, clip
 from core.jobs import JobKind
 from core.settings import Settings
 from pipelines import PipelineSpec, VideoRequest, all_specs, resolve_model
+from storage.records import MAIN, PREVIEWS
 from storage.views import video_view
 
 from ..deps import Services, services, tenant_id
@@ -29,6 +30,7 @@ from .webhooks import job_webhook
 router = APIRouter(prefix="/v1/videos", route_class=GuardedRoute)
 
 POLL_AFTER_MS = "500"
+VARIANTS = {"video": MAIN, **{v: v for v in PREVIEWS}}  # OpenAI's name -> the output row's
 # No file part is accepted: one is refused at its headers, before its bytes are read.
 FORM_LIMITS = {"max_files": 0, "max_fields": 32}
 NO_FILES = InvalidRequest("file inputs (input_reference) are not supported",

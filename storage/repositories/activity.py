@@ -20,6 +20,7 @@ from core.batches import BULK_LANE
 from core.jobs import JobKind, JobStatus
 
 from ..models import Job, Output, Tenant
+from ..records import MAIN
 from .quotas import INTERACTIVE
 from .scope import tenant_is
 
@@ -122,7 +123,7 @@ class ActivityRepository:
             day = _day(Job.completed_at, self._dialect(s)).label("day")
             media = (select(Output.job_id, func.sum(Output.duration_s).label("seconds"),
                             func.sum(Output.bytes).label("bytes"))
-                     .group_by(Output.job_id).subquery())
+                     .where(Output.variant == MAIN).group_by(Output.job_id).subquery())
             done = Job.status == JobStatus.COMPLETED.value
             rows = s.execute(select(
                 Tenant.name, day, func.count().filter(done),
