@@ -21,7 +21,6 @@ class FilePublic(BaseModel):
     filename: str
     purpose: str
     status: Literal["processed", "expired"] = "processed"
-    status_details: str | None = None
 
 
 class BatchError(BaseModel):

@@ -173,7 +173,11 @@ def video_content(video_id: str, variant: str = Query(default="video", max_lengt
                   index: int = Query(default=0, ge=0, le=3),
                   svc: Services = Depends(services),
                   tenant: str = Depends(tenant_id)) -> StreamingResponse:
-    if variant != "video":
-        raise InvalidRequest(f"variant '{clip(variant)}' is not available; only 'video'",
-                             param="variant", code="unsupported_variant")
-    return stream_output(svc, get_job(svc, tenant, video_id, JobKind.VIDEO), index)
+    """The MP4 (``video``), or its ``thumbnail`` (a still) or ``spritesheet`` (a grid of
+    frames), both WebP, made when the video was."""
+    if variant not in VARIANTS:
+        raise InvalidRequest(f"variant '{clip(variant)}' is not one of "
+                             f"{', '.join(VARIANTS)}", param="variant",
+                             code="unsupported_variant")
+    return stream_output(svc, get_job(svc, tenant, video_id, JobKind.VIDEO), index,
+                         VARIANTS[variant])
