@@ -25,9 +25,9 @@ VIDEO_STATUS: dict[JobStatus, tuple[str, str | None]] = {
     JobStatus.RUNNING: ("in_progress", None),
     JobStatus.CANCELLED: ("failed", "cancelled"),
 }
+OUTPUT_TOKENS_PER_S = 50  # speech usage: one output token per 20 ms of audio
 # OpenAI's video sizes; a size outside them is reported as the one of its orientation
 # (the pixels themselves are ``resolution``).
-OUTPUT_TOKENS_PER_S = 50  # speech usage: one output token per 20 ms of audio
 OPENAI_SIZES = ("720x1280", "1280x720", "1024x1792", "1792x1024")
 
 

@@ -65,8 +65,3 @@ def create_character(svc: Services = Depends(services),
                      tenant: str = Depends(tenant_id)) -> None:
     raise unsupported(pick_spec(svc.settings, None).models[0], "create_character")
 
-
-@router.get("/characters/{character_id}")
-def get_character(character_id: str, svc: Services = Depends(services),
-                  tenant: str = Depends(tenant_id)) -> None:
-    raise NotFound(f"no character with id '{clip(character_id)}'", param="id")
