@@ -172,7 +172,7 @@ def test_file_expiry_policies_are_honoured_and_checked(sdk):
         assert exc.value.body["param"] == "expires_after"
     content = sdk.files.with_raw_response.content(made.id)
     assert content.headers["content-type"] == "application/json"
-    assert content.read() == b"{}\n"
+    assert content.content == b"{}\n"
 
 
 def test_a_batch_honours_output_expires_after(sdk):
