@@ -48,6 +48,7 @@ from .routes import (
     objects,
     speech,
     usage,
+    video_capabilities,
     videos,
     webhooks,
 )
@@ -110,8 +111,8 @@ def create_app(settings: Settings, publish: Publisher,
         usage=UsageRepository(sessions),
         fleet=Fleet(WorkerRepository(sessions)))
     install_error_handlers(app)
-    for module in (speech, videos, jobs, events, models, objects, files, batches, webhooks,
-                   usage):
+    for module in (speech, video_capabilities, videos, jobs, events, models, objects, files,
+                   batches, webhooks, usage):
         app.include_router(module.router, responses=ERROR_RESPONSES)
     app.include_router(health.router)
     console.install(app)

@@ -221,11 +221,14 @@ class JobUsage(Base):
 
 class Output(Base):
     __tablename__ = "outputs"
-    __table_args__ = (UniqueConstraint("job_id", "index", name="uq_outputs_job_index"),)
+    __table_args__ = (UniqueConstraint("job_id", "index", "variant",
+                                       name="uq_outputs_job_index_variant"),)
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"))
     index: Mapped[int] = mapped_column(Integer)
+    # "main": the output itself; "thumbnail" or "spritesheet": a preview of video ``index``
+    variant: Mapped[str] = mapped_column(String(16), server_default="main")
     key: Mapped[str] = mapped_column(String(500))
     content_type: Mapped[str] = mapped_column(String(100))
     bytes: Mapped[int] = mapped_column(BigInteger)

@@ -9,6 +9,11 @@ from typing import Any
 from core.batches import BatchStatus
 from core.jobs import JobKind, JobStatus
 
+# An output row's variant: the output itself, or one of a video's previews (made in
+# finalize from the stored video, stored and verified as the video is).
+MAIN = "main"
+PREVIEWS = ("thumbnail", "spritesheet")
+
 
 @dataclass(frozen=True)
 class OutputRecord:
@@ -24,6 +29,7 @@ class OutputRecord:
     height: int | None = None
     fps: float | None = None
     frames: int | None = None
+    variant: str = MAIN  # or a preview of output ``index`` (PREVIEWS)
 
 
 @dataclass(frozen=True)
@@ -48,6 +54,7 @@ class JobRecord:
     lease_expires_at: datetime | None
     idempotency_key: str | None = None
     outputs: tuple[OutputRecord, ...] = field(default_factory=tuple)
+    previews: tuple[OutputRecord, ...] = field(default_factory=tuple)  # a video's previews
     dispatch_token: str | None = None
     expires_at: datetime | None = None  # when the outputs expire (set at completion)
     outputs_deleted_at: datetime | None = None

@@ -19,9 +19,19 @@ from .objects import ObjectStore
 from .records import JobRecord
 from .usage_views import UsagePublic, usage_view
 
-VIDEO_STATUS = {JobStatus.RUNNING: "in_progress",  # OpenAI's name for a running video
-                JobStatus.EXPIRED: "failed"}  # OpenAI's four: the reason is the code
+# A job's status in OpenAI's four video statuses (queued, in_progress, completed,
+# failed), with the error code of one that ended without a video of its own fault: the
+# job's own status stays on /v1/jobs. Unlisted statuses are named as they are.
+VIDEO_STATUS: dict[JobStatus, tuple[str, str | None]] = {
+    JobStatus.RUNNING: ("in_progress", None),
+    JobStatus.CANCELLED: ("failed", "cancelled"),  # deadline_exceeded among them
+    JobStatus.EXPIRED: ("failed", "expired"),  # never started: start_deadline_exceeded
+}
 DEADLINE_EXCEEDED = "deadline_exceeded"  # the code of a job cancelled at its max_run_s
+OUTPUT_TOKENS_PER_S = 50  # speech usage: one output token per 20 ms of audio
+# OpenAI's video sizes; a size outside them is reported as the one of its orientation
+# (the pixels themselves are ``resolution``).
+OPENAI_SIZES = ("720x1280", "1280x720", "1024x1792", "1792x1024")
 
 
 class JobError(BaseModel):
@@ -88,7 +98,8 @@ class VideoPublic(BaseModel):
     created_at: int
     completed_at: int | None
     expires_at: int | None
-    size: str
+    size: str  # one of OPENAI_SIZES (openai_size)
+    resolution: str  # width x height asked of the model: the caller's size or its default
     seconds: str
     prompt: str
     fps: float
@@ -99,6 +110,7 @@ class VideoPublic(BaseModel):
     outputs: list[OutputPublic]
     metadata: dict[str, str] | None
     usage: UsagePublic | None = None
+    remixed_from_video_id: str | None = None  # no pipeline here remixes (yet)
 
 
 def timestamp(value: datetime | None) -> int | None:
@@ -134,20 +146,47 @@ def job_view(job: JobRecord, store: ObjectStore, url_ttl_s: int,
         start_by=timestamp(job.start_by), max_run_s=job.max_run_s, usage=usage_view(job.usage))
 
 
+def video_status(job: JobRecord, error: JobError | None) -> tuple[str, JobError | None]:
+    """The video's status and error as OpenAI names them (VIDEO_STATUS)."""
+    status, code = VIDEO_STATUS.get(job.status, (job.status.value, None))
+    if code is not None and error is None:
+        error = JobError(code=code, message=f"the job was {job.status.value}")
+    return status, error
+
+
+def openai_size(size: str) -> str:
+    """``size`` if it is one of OpenAI's, else OpenAI's size of its orientation."""
+    if size in OPENAI_SIZES:
+        return size
+    width, height = (int(v) for v in size.split("x"))
+    return "720x1280" if height > width else "1280x720"
+
+
 def video_view(job: JobRecord, store: ObjectStore, url_ttl_s: int,
                detail: str | None = None) -> VideoPublic:
     pub = job_view(job, store, url_ttl_s)
     req = job.request
     rates = {o.sample_rate for o in job.outputs}
+    status, error = video_status(job, pub.error)
     return VideoPublic(
-        id=job.id, model=job.model, status="failed" if job.error_code == DEADLINE_EXCEEDED
-        else VIDEO_STATUS.get(job.status, job.status.value),
+        id=job.id, model=job.model, status=status,
         status_detail=detail, progress=job.progress, created_at=pub.created_at,
-        completed_at=pub.completed_at, expires_at=pub.expires_at, size=req["size"],
+        completed_at=pub.completed_at, expires_at=pub.expires_at,
+        size=openai_size(req["size"]), resolution=req["size"],
         seconds=f"{float(req['seconds']):g}", prompt=req["prompt"], fps=float(req["fps"]),
         n=int(req.get("n", 1)), seed=req.get("seed"),
         audio_sample_rate=rates.pop() if len(rates) == 1 else None,
-        error=pub.error, outputs=pub.outputs, metadata=job.metadata, usage=pub.usage)
+        error=error, outputs=pub.outputs, metadata=job.metadata, usage=pub.usage)
+
+
+def speech_usage(job: JobRecord) -> dict[str, int]:
+    """OpenAI's speech ``usage`` in this service's units: input tokens are the input's
+    characters (what a speech model's limit counts), output tokens the stored audio's
+    20 ms frames (Audex's codec rate, the same measure for every pipeline)."""
+    seconds = sum(o.duration_s or 0.0 for o in job.outputs)
+    usage = {"input_tokens": len(job.request.get("input", "")),
+             "output_tokens": round(seconds * OUTPUT_TOKENS_PER_S)}
+    return {**usage, "total_tokens": usage["input_tokens"] + usage["output_tokens"]}
 
 
 def resource_view(job: JobRecord, store: ObjectStore, url_ttl_s: int) -> JobPublic | VideoPublic:

@@ -17,6 +17,7 @@ from core.errors import InvalidRequest, clip
 from core.jobs import JobKind
 from core.settings import Settings
 from pipelines import PipelineSpec, VideoRequest, all_specs, resolve_model
+from storage.records import MAIN, PREVIEWS
 from storage.views import video_view
 
 from ..deadlines import deadlines
@@ -30,6 +31,7 @@ from .webhooks import job_webhook
 router = APIRouter(prefix="/v1/videos", route_class=GuardedRoute)
 
 POLL_AFTER_MS = "500"
+VARIANTS = {"video": MAIN, **{v: v for v in PREVIEWS}}  # OpenAI's name -> the output row's
 # No file part is accepted: one is refused at its headers, before its bytes are read.
 FORM_LIMITS = {"max_files": 0, "max_fields": 32}
 NO_FILES = InvalidRequest("file inputs (input_reference) are not supported",
@@ -176,7 +178,11 @@ def video_content(video_id: str, variant: str = Query(default="video", max_lengt
                   index: int = Query(default=0, ge=0, le=3),
                   svc: Services = Depends(services),
                   tenant: str = Depends(tenant_id)) -> StreamingResponse:
-    if variant != "video":
-        raise InvalidRequest(f"variant '{clip(variant)}' is not available; only 'video'",
-                             param="variant", code="unsupported_variant")
-    return stream_output(svc, get_job(svc, tenant, video_id, JobKind.VIDEO), index)
+    """The MP4 (``video``), or its ``thumbnail`` (a still) or ``spritesheet`` (a grid of
+    frames), both WebP, made when the video was."""
+    if variant not in VARIANTS:
+        raise InvalidRequest(f"variant '{clip(variant)}' is not one of "
+                             f"{', '.join(VARIANTS)}", param="variant",
+                             code="unsupported_variant")
+    return stream_output(svc, get_job(svc, tenant, video_id, JobKind.VIDEO), index,
+                         VARIANTS[variant])

@@ -21,6 +21,7 @@ from core.jobs import TERMINAL, JobKind, JobStatus
 
 from ..models import OUTPUTS_KEPT, QUEUED, Job, OutboxMessage, Output, UTCDateTime
 from ..records import (
+    MAIN,
     JobAttemptRecord,
     JobFilter,
     JobObjects,
@@ -42,9 +43,18 @@ def _now() -> datetime:
     return datetime.now(UTC)
 
 
+def _output(o: Output) -> OutputRecord:
+    return OutputRecord(
+        index=o.index, key=o.key, content_type=o.content_type, bytes=o.bytes,
+        sha256=o.sha256, duration_s=o.duration_s, sample_rate=o.sample_rate,
+        channels=o.channels, width=o.width, height=o.height, fps=o.fps, frames=o.frames,
+        variant=o.variant)
+
+
 def _record(j: Job, outputs: tuple[OutputRecord, ...] | None = None) -> JobRecord:
     """``outputs``: given when the caller knows them (a claimed job has none), so the
-    relationship is not loaded for nothing."""
+    relationship is not loaded for nothing. A video's previews are rows of their own."""
+    rows = outputs if outputs is not None else tuple(_output(o) for o in j.outputs)
     return JobRecord(
         id=j.id, tenant_id=j.tenant_id, kind=JobKind(j.kind), model=j.model,
         pipeline=j.pipeline, status=JobStatus(j.status), progress=j.progress,
@@ -56,11 +66,8 @@ def _record(j: Job, outputs: tuple[OutputRecord, ...] | None = None) -> JobRecor
         expires_at=j.expires_at, outputs_deleted_at=j.outputs_deleted_at,
         start_by=j.start_by, max_run_s=j.max_run_s,
         usage=metering.record(getattr(j, "usage", None)),  # a claimed row has none
-        outputs=outputs if outputs is not None else tuple(OutputRecord(
-            index=o.index, key=o.key, content_type=o.content_type, bytes=o.bytes,
-            sha256=o.sha256, duration_s=o.duration_s, sample_rate=o.sample_rate,
-            channels=o.channels, width=o.width, height=o.height, fps=o.fps, frames=o.frames)
-            for o in j.outputs),
+        outputs=tuple(sorted((o for o in rows if o.variant == MAIN), key=lambda o: o.index)),
+        previews=tuple(o for o in rows if o.variant != MAIN),
     )
 
 
