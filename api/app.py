@@ -27,6 +27,7 @@ from storage.repositories import (
 from storage.repositories.activity import ActivityRepository
 from storage.repositories.quotas import INTERACTIVE, Quota, Quotas
 from storage.repositories.sessions import SessionRepository
+from storage.repositories.standing import StandingRepository
 
 from . import console
 from .auth import Authenticator
@@ -49,6 +50,7 @@ from .routes import (
     webhooks,
 )
 from .schemas import ERROR_RESPONSES
+from .standing import Standings
 from .submitter import Submitter
 
 
@@ -90,6 +92,7 @@ def create_app(settings: Settings, publish: Publisher,
     app = FastAPI(title="omnijobs", version=version("omnijobs"), lifespan=lifespan,
                   docs_url=None, redoc_url=None)
     app.state.engine = engine
+    fleet = Fleet(WorkerRepository(sessions))
     app.state.services = Services(
         settings=settings, jobs=job_repo, keys=keys,
         outbox=OutboxRepository(sessions), store=store, publish=publish, ready_checks=checks,
@@ -101,7 +104,7 @@ def create_app(settings: Settings, publish: Publisher,
         live=live, stream_encoder=stream_encoder,
         streamable=streamable if stream_encoder is not None else frozenset(),
         console_sessions=SessionRepository(sessions), activity=ActivityRepository(sessions),
-        fleet=Fleet(WorkerRepository(sessions)))
+        fleet=fleet, standings=Standings(StandingRepository(sessions), fleet))
     install_error_handlers(app)
     for module in (speech, videos, jobs, events, models, objects, files, batches, webhooks):
         app.include_router(module.router, responses=ERROR_RESPONSES)

@@ -16,7 +16,7 @@ from pydantic import BaseModel
 from core.jobs import JobKind, JobStatus
 
 from .objects import ObjectStore
-from .records import JobRecord
+from .records import JobRecord, QueueStanding
 
 VIDEO_STATUS = {JobStatus.RUNNING: "in_progress"}  # OpenAI's name for a running video
 
@@ -51,7 +51,30 @@ class OutputPublic(BaseModel):
 WAITING_FOR_A_WORKER = "waiting for a worker"
 
 
-class JobPublic(BaseModel):
+class QueueFields(BaseModel):
+    """Where a queued job stands (all null once it left the queue): the jobs of its
+    pipeline and lane that will start before it in the fair-share order, and when it
+    should start and end at the pipeline's recent pace with the workers live now; the
+    two estimates are null, with ``estimate_unavailable_reason`` saying why, when there
+    is nothing to estimate from (no live worker serves the pipeline, no recent
+    completions, a retry still waiting out its backoff)."""
+
+    queue_position: int | None = None
+    estimated_start_at: int | None = None
+    estimated_completed_at: int | None = None
+    estimate_unavailable_reason: str | None = None
+
+
+def queue_fields(standing: QueueStanding | None) -> dict:
+    if standing is None:
+        return {}
+    return {"queue_position": standing.position,
+            "estimated_start_at": timestamp(standing.start_at),
+            "estimated_completed_at": timestamp(standing.completed_at),
+            "estimate_unavailable_reason": standing.reason}
+
+
+class JobPublic(QueueFields):
     id: str
     object: Literal["job"] = "job"
     kind: str
@@ -70,7 +93,7 @@ class JobPublic(BaseModel):
     metadata: dict[str, str] | None
 
 
-class VideoPublic(BaseModel):
+class VideoPublic(QueueFields):
     id: str
     object: Literal["video"] = "video"
     model: str
@@ -104,7 +127,7 @@ def outputs_expired(job: JobRecord, now: datetime | None = None) -> bool:
 
 
 def job_view(job: JobRecord, store: ObjectStore, url_ttl_s: int,
-             detail: str | None = None) -> JobPublic:
+             detail: str | None = None, standing: QueueStanding | None = None) -> JobPublic:
     expired = outputs_expired(job)
     outputs = []
     for out in job.outputs:
@@ -120,11 +143,12 @@ def job_view(job: JobRecord, store: ObjectStore, url_ttl_s: int,
         max_attempts=job.max_attempts,
         created_at=timestamp(job.created_at), started_at=timestamp(job.started_at),
         completed_at=timestamp(job.completed_at), expires_at=timestamp(job.expires_at),
-        error=error, outputs=outputs, metadata=job.metadata)
+        error=error, outputs=outputs, metadata=job.metadata, **queue_fields(standing))
 
 
 def video_view(job: JobRecord, store: ObjectStore, url_ttl_s: int,
-               detail: str | None = None) -> VideoPublic:
+               detail: str | None = None, standing: QueueStanding | None = None
+               ) -> VideoPublic:
     pub = job_view(job, store, url_ttl_s)
     req = job.request
     rates = {o.sample_rate for o in job.outputs}
@@ -135,7 +159,8 @@ def video_view(job: JobRecord, store: ObjectStore, url_ttl_s: int,
         seconds=f"{float(req['seconds']):g}", prompt=req["prompt"], fps=float(req["fps"]),
         n=int(req.get("n", 1)), seed=req.get("seed"),
         audio_sample_rate=rates.pop() if len(rates) == 1 else None,
-        error=pub.error, outputs=pub.outputs, metadata=job.metadata)
+        error=pub.error, outputs=pub.outputs, metadata=job.metadata,
+        **queue_fields(standing))
 
 
 def resource_view(job: JobRecord, store: ObjectStore, url_ttl_s: int) -> JobPublic | VideoPublic:

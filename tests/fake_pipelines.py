@@ -109,13 +109,13 @@ class Instant(Pipeline):
 
 @register_pipeline
 class Paced(Pipeline):
-    """A fixed 0.3 s of work per job: a queue whose drain an ETA can be checked against."""
+    """A fixed 0.6 s of work per job: a queue whose drain an ETA can be checked against."""
 
     spec = PipelineSpec(name="test-paced", kind=JobKind.SPEECH, models=("test-paced",),
                         sample_rate=16000, voices=OPENAI_VOICES)
 
     def speech(self, request, ctx):
-        time.sleep(0.3)
+        time.sleep(0.6)
         yield AudioPiece(_tone(0.1), 16000)
 
 

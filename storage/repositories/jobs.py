@@ -53,7 +53,8 @@ def _record(j: Job, outputs: tuple[OutputRecord, ...] | None = None) -> JobRecor
         created_at=j.created_at, updated_at=j.updated_at, started_at=j.started_at,
         completed_at=j.completed_at, lease_expires_at=j.lease_expires_at,
         idempotency_key=j.idempotency_key, dispatch_token=j.dispatch_token,
-        expires_at=j.expires_at, outputs_deleted_at=j.outputs_deleted_at,
+        expires_at=j.expires_at, outputs_deleted_at=j.outputs_deleted_at, batch_id=j.batch_id,
+        ready_at=j.ready_at,
         outputs=outputs if outputs is not None else tuple(OutputRecord(
             index=o.index, key=o.key, content_type=o.content_type, bytes=o.bytes,
             sha256=o.sha256, duration_s=o.duration_s, sample_rate=o.sample_rate,
