@@ -75,7 +75,7 @@ def stack(seaweedfs, tmp_path_factory) -> Iterator[FairStack]:
         st.processes["api"] = spawn("api", ["api", "--port", str(port)], env, home)
         st.processes["maintenance"] = spawn("maintenance", ["maintenance"], env, home)
         wait_until(lambda: httpx.get(f"{st.base_url}/readyz", timeout=2).status_code == 200,
-                   60, "API")
+                   120, "API")
         wait_until(lambda: "ready" in st.processes["maintenance"].log.read_text(), 90,
                    "maintenance")
         yield st
