@@ -74,8 +74,11 @@ def stack(seaweedfs, tmp_path_factory) -> Iterator[FairStack]:
     try:
         st.processes["api"] = spawn("api", ["api", "--port", str(port)], env, home)
         st.processes["maintenance"] = spawn("maintenance", ["maintenance"], env, home)
-        wait_until(lambda: httpx.get(f"{st.base_url}/readyz", timeout=2).status_code == 200,
-                   120, "API")
+        try:
+            wait_until(lambda: httpx.get(f"{st.base_url}/readyz", timeout=2).status_code
+                       == 200, 120, "API")
+        except TimeoutError as exc:
+            raise TimeoutError(f"{exc}\n{st.processes['api'].tail()}") from None
         wait_until(lambda: "ready" in st.processes["maintenance"].log.read_text(), 90,
                    "maintenance")
         yield st
