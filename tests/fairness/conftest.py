@@ -18,7 +18,8 @@ from sqlalchemy import text
 
 from storage.db import make_engine
 
-from ..conftest import migrated_database, stack_env
+from ..conftest import migrated_database
+from ..fleet.conftest import light_env
 from ..services import Process, Stack, free_port, redis_url, spawn, wait_until
 
 INSTANT, PACED = "test-instant", "test-paced"
@@ -61,12 +62,17 @@ class FairStack(Stack):
 
 
 @pytest.fixture(scope="package")
-def stack(seaweedfs, tmp_path_factory) -> Iterator[FairStack]:
+def stack(tmp_path_factory) -> Iterator[FairStack]:
+    """The local object store (as the fleet tests' light stacks): what is measured here
+    is the order of the claims, not the uploads."""
     home = tmp_path_factory.mktemp("fair-stack")
     db = migrated_database()
     db_url = next(db)
-    env = stack_env(db_url, redis_url(), seaweedfs, home,
+    env = light_env(db_url, redis_url(), home,
                     OMNIJOBS_PIPELINES=json.dumps([INSTANT, PACED]),
+                    OMNIJOBS_PIPELINE_MODULES='["tests.fake_pipelines"]',
+                    OMNIJOBS_OUTBOX_GRACE_S="1",
+                    OMNIJOBS_MAINTENANCE_PERIODS=json.dumps({"relay": 0.5, "reap": 0.5}),
                     OMNIJOBS_TENANT_MAX_ACTIVE="5000", OMNIJOBS_TENANT_SUBMITS_PER_S="0",
                     OMNIJOBS_WORKER_HEARTBEAT_S="1", OMNIJOBS_LEASE_S="30")
     port = free_port()
@@ -76,10 +82,10 @@ def stack(seaweedfs, tmp_path_factory) -> Iterator[FairStack]:
         st.processes["maintenance"] = spawn("maintenance", ["maintenance"], env, home)
         try:
             wait_until(lambda: httpx.get(f"{st.base_url}/readyz", timeout=2).status_code
-                       == 200, 120, "API")
+                       == 200, 300, "API")
         except TimeoutError as exc:
             raise TimeoutError(f"{exc}\n{st.processes['api'].tail()}") from None
-        wait_until(lambda: "ready" in st.processes["maintenance"].log.read_text(), 90,
+        wait_until(lambda: "ready" in st.processes["maintenance"].log.read_text(), 300,
                    "maintenance")
         yield st
     finally:
