@@ -11,7 +11,7 @@ from dataclasses import asdict
 from datetime import UTC, datetime
 from typing import Literal
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from core.jobs import JobKind, JobStatus
 
@@ -59,10 +59,17 @@ class QueueFields(BaseModel):
     is nothing to estimate from (no live worker serves the pipeline, no recent
     completions, a retry still waiting out its backoff)."""
 
-    queue_position: int | None = None
-    estimated_start_at: int | None = None
-    estimated_completed_at: int | None = None
-    estimate_unavailable_reason: str | None = None
+    queue_position: int | None = Field(None, description=(
+        "Queued jobs: the jobs of its pipeline and lane that start before it in the "
+        "fair-share order (0: next)"))
+    estimated_start_at: int | None = Field(None, description=(
+        "Queued jobs: when it should start (Unix seconds), at the pipeline's recent pace "
+        "with its live workers"))
+    estimated_completed_at: int | None = Field(None, description=(
+        "Queued jobs: when it should be done (Unix seconds)"))
+    estimate_unavailable_reason: str | None = Field(None, description=(
+        "Why the estimates are null: no_live_worker, no_recent_throughput, "
+        "waiting_for_retry_backoff or worker_registry_unavailable"))
 
 
 def queue_fields(standing: QueueStanding | None) -> dict:
