@@ -34,7 +34,7 @@ class FairStack(Stack):
         proc = spawn(name, ["worker", "--pipeline", pipeline], self.env, self.home)
         self.processes[name] = proc
         wait_until(lambda: proc.proc.poll() is None and " ready." in proc.log.read_text(),
-                   90, name)
+                   300, name)
         return proc
 
     def rows(self, statement: str, **params) -> list:
