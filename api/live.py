@@ -225,15 +225,20 @@ async def job_events(svc: Services, job: JobRecord, last: int,
         watch = Watch(svc, job, sub)
         job = await watch.reload()
         yield f"retry: {int(settings.event_resync_s * 1000)}\n\n".encode()
-        quiet_since, shown = time.monotonic(), None
+        quiet_since, shown, read_at = time.monotonic(), None, float("-inf")
+        resumed = last >= event_id(job)
         while True:
             for sent, data in events_since(job, last, present):
                 yield data
                 last, quiet_since = sent, time.monotonic()
-            if job.status is JobStatus.QUEUED and (place := await queue_event(svc, job, shown)):
-                shown, data = place
-                yield data
-                quiet_since = time.monotonic()
+            if job.status is JobStatus.QUEUED and time.monotonic() - read_at >= QUEUE_EVENT_S:
+                read_at = time.monotonic()
+                if place := await queue_event(svc, job, shown):
+                    shown, data = place
+                    if not resumed:  # a resumed stream hears of changes only
+                        yield data
+                        quiet_since = time.monotonic()
+                resumed = False
             if job.status.terminal or (left := deadline - time.monotonic()) <= 0:
                 return
             wait = min(left, settings.event_heartbeat_s)
