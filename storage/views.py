@@ -16,7 +16,7 @@ from pydantic import BaseModel, Field
 from core.jobs import JobKind, JobStatus
 
 from .objects import ObjectStore
-from .records import JobRecord
+from .records import JobRecord, QueueStanding
 from .usage_views import UsagePublic, usage_view
 
 # A job's status in OpenAI's four video statuses (queued, in_progress, completed,
@@ -64,7 +64,37 @@ class OutputPublic(BaseModel):
 WAITING_FOR_A_WORKER = "waiting for a worker"
 
 
-class JobPublic(BaseModel):
+class QueueFields(BaseModel):
+    """Where a queued job stands (all null once it left the queue): the jobs of its
+    pipeline and lane that will start before it in the fair-share order, and when it
+    should start and end at the pipeline's recent pace with the workers live now; the
+    two estimates are null, with ``estimate_unavailable_reason`` saying why, when there
+    is nothing to estimate from (no live worker serves the pipeline, no recent
+    completions, a retry still waiting out its backoff)."""
+
+    queue_position: int | None = Field(None, description=(
+        "Queued jobs: the jobs of its pipeline and lane that start before it in the "
+        "fair-share order (0: next)"))
+    estimated_start_at: int | None = Field(None, description=(
+        "Queued jobs: when it should start (Unix seconds), at the pipeline's recent pace "
+        "with its live workers"))
+    estimated_completed_at: int | None = Field(None, description=(
+        "Queued jobs: when it should be done (Unix seconds)"))
+    estimate_unavailable_reason: str | None = Field(None, description=(
+        "Why the estimates are null: no_live_worker, no_recent_throughput, "
+        "waiting_for_retry_backoff or worker_registry_unavailable"))
+
+
+def queue_fields(standing: QueueStanding | None) -> dict:
+    if standing is None:
+        return {}
+    return {"queue_position": standing.position,
+            "estimated_start_at": timestamp(standing.start_at),
+            "estimated_completed_at": timestamp(standing.completed_at),
+            "estimate_unavailable_reason": standing.reason}
+
+
+class JobPublic(QueueFields):
     id: str
     object: Literal["job"] = "job"
     kind: str
@@ -88,7 +118,7 @@ class JobPublic(BaseModel):
                                       "it has ended (null if it ended without running)")
 
 
-class VideoPublic(BaseModel):
+class VideoPublic(QueueFields):
     id: str
     object: Literal["video"] = "video"
     model: str
@@ -125,7 +155,7 @@ def outputs_expired(job: JobRecord, now: datetime | None = None) -> bool:
 
 
 def job_view(job: JobRecord, store: ObjectStore, url_ttl_s: int,
-             detail: str | None = None) -> JobPublic:
+             detail: str | None = None, standing: QueueStanding | None = None) -> JobPublic:
     expired = outputs_expired(job)
     outputs = []
     for out in job.outputs:
@@ -143,7 +173,8 @@ def job_view(job: JobRecord, store: ObjectStore, url_ttl_s: int,
         created_at=timestamp(job.created_at), started_at=timestamp(job.started_at),
         completed_at=timestamp(job.completed_at), expires_at=timestamp(job.expires_at),
         error=error, outputs=outputs, metadata=job.metadata,
-        start_by=timestamp(job.start_by), max_run_s=job.max_run_s, usage=usage_view(job.usage))
+        start_by=timestamp(job.start_by), max_run_s=job.max_run_s, usage=usage_view(job.usage),
+        **queue_fields(standing))
 
 
 def video_status(job: JobRecord, error: JobError | None) -> tuple[str, JobError | None]:
@@ -163,7 +194,8 @@ def openai_size(size: str) -> str:
 
 
 def video_view(job: JobRecord, store: ObjectStore, url_ttl_s: int,
-               detail: str | None = None) -> VideoPublic:
+               detail: str | None = None, standing: QueueStanding | None = None
+               ) -> VideoPublic:
     pub = job_view(job, store, url_ttl_s)
     req = job.request
     rates = {o.sample_rate for o in job.outputs}
@@ -176,7 +208,8 @@ def video_view(job: JobRecord, store: ObjectStore, url_ttl_s: int,
         seconds=f"{float(req['seconds']):g}", prompt=req["prompt"], fps=float(req["fps"]),
         n=int(req.get("n", 1)), seed=req.get("seed"),
         audio_sample_rate=rates.pop() if len(rates) == 1 else None,
-        error=error, outputs=pub.outputs, metadata=job.metadata, usage=pub.usage)
+        error=error, outputs=pub.outputs, metadata=job.metadata, usage=pub.usage,
+        **queue_fields(standing))
 
 
 def speech_usage(job: JobRecord) -> dict[str, int]:

@@ -16,7 +16,7 @@ from storage.views import outputs_expired
 from ..deps import Services, services, tenant_id
 from ..guard import GuardedRoute
 from ..schemas import JobList, JobPublic
-from ..service import Page, found, get_job, job_public, list_page, remove_job
+from ..service import Page, found, get_job, job_public, list_page, one_job_public, remove_job
 
 router = APIRouter(prefix="/v1/jobs", route_class=GuardedRoute)
 
@@ -37,7 +37,7 @@ def list_jobs(page: Page = Depends(), status: JobStatus | None = None,
 @router.get("/{job_id}", response_model=JobPublic)
 def retrieve_job(job_id: str, svc: Services = Depends(services),
                  tenant: str = Depends(tenant_id)) -> JobPublic:
-    return job_public(svc, get_job(svc, tenant, job_id))
+    return one_job_public(svc, get_job(svc, tenant, job_id))
 
 
 @router.post("/{job_id}/cancel", response_model=JobPublic)

@@ -24,7 +24,15 @@ from ..deadlines import deadlines
 from ..deps import Services, services, tenant_id
 from ..guard import GuardedRoute
 from ..schemas import VideoCreate, VideoDeleted, VideoList, VideoPublic, video_request_body
-from ..service import Page, get_job, list_page, remove_job, status_detail, submit
+from ..service import (
+    Page,
+    get_job,
+    list_page,
+    remove_job,
+    standing_of,
+    status_detail,
+    submit,
+)
 from .jobs import stream_output
 from .webhooks import job_webhook
 
@@ -160,8 +168,9 @@ def list_videos(page: Page = Depends(), svc: Services = Depends(services),
 def retrieve_video(video_id: str, svc: Services = Depends(services),
                    tenant: str = Depends(tenant_id)) -> JSONResponse:
     job = get_job(svc, tenant, video_id, JobKind.VIDEO)
-    return JSONResponse(video_public(svc, job).model_dump(),
-                        headers={"openai-poll-after-ms": POLL_AFTER_MS})
+    view = video_view(job, svc.store, svc.settings.signed_url_ttl_s, status_detail(svc, job),
+                      standing_of(svc, job))
+    return JSONResponse(view.model_dump(), headers={"openai-poll-after-ms": POLL_AFTER_MS})
 
 
 @router.delete("/{video_id}", response_model=VideoDeleted)
