@@ -28,6 +28,7 @@ from storage.repositories import (
 from storage.repositories.activity import ActivityRepository
 from storage.repositories.quotas import INTERACTIVE, Quota, Quotas
 from storage.repositories.sessions import SessionRepository
+from storage.repositories.standing import StandingRepository
 from storage.repositories.usage import UsageRepository
 
 from . import console
@@ -48,10 +49,12 @@ from .routes import (
     objects,
     speech,
     usage,
+    video_capabilities,
     videos,
     webhooks,
 )
 from .schemas import ERROR_RESPONSES
+from .standing import Standings
 from .submitter import Submitter
 
 
@@ -96,6 +99,7 @@ def create_app(settings: Settings, publish: Publisher,
                   docs_url=None, redoc_url=None,
                   telemetry={"tracing": False, "metrics": False, "logs": False})
     app.state.engine = engine
+    fleet = Fleet(WorkerRepository(sessions))
     app.state.services = Services(
         settings=settings, jobs=job_repo, keys=keys,
         outbox=OutboxRepository(sessions), store=store, publish=publish, ready_checks=checks,
@@ -108,10 +112,10 @@ def create_app(settings: Settings, publish: Publisher,
         streamable=streamable if stream_encoder is not None else frozenset(),
         console_sessions=SessionRepository(sessions), activity=ActivityRepository(sessions),
         usage=UsageRepository(sessions),
-        fleet=Fleet(WorkerRepository(sessions)))
+        fleet=fleet, standings=Standings(StandingRepository(sessions), fleet))
     install_error_handlers(app)
-    for module in (speech, videos, jobs, events, models, objects, files, batches, webhooks,
-                   usage):
+    for module in (speech, video_capabilities, videos, jobs, events, models, objects, files,
+                   batches, webhooks, usage):
         app.include_router(module.router, responses=ERROR_RESPONSES)
     app.include_router(health.router)
     console.install(app)

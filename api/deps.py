@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 
     from .fleet import Fleet
     from .live import Live
+    from .standing import Standings
     from .submitter import Submitter
 
 Publisher = Callable[[OutboxRecord], None]
@@ -71,6 +72,7 @@ class Services:
     usage: UsageRepository | None = None
 
     fleet: Fleet | None = None  # the worker registry's view (api/fleet.py)
+    standings: Standings | None = None  # queued jobs' positions (api/standing.py)
 
 
 async def services(request: Request) -> Services:

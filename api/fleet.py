@@ -29,7 +29,7 @@ class Fleet:
     def __init__(self, workers: WorkerRepository, ttl_s: float = TTL_S) -> None:
         self.workers, self._ttl_s = workers, ttl_s
         self._lock = threading.Lock()
-        self._served: frozenset[str] | None = None
+        self._counts: dict[str, int] | None = None
         self._read_at = float("-inf")
         self._reading = False
 
@@ -37,21 +37,29 @@ class Fleet:
         """The pipelines a live, non-draining worker takes jobs for, as last read; None
         before the first read and while the registry cannot be read (then nothing is
         claimed about any job)."""
+        counts = self.counts()
+        return None if counts is None else frozenset(p for p, n in counts.items() if n)
+
+    def workers_for(self, pipeline: str) -> int | None:
+        """Live, non-draining workers serving ``pipeline`` (None: not known)."""
+        counts = self.counts()
+        return None if counts is None else counts.get(pipeline, 0)
+
+    def counts(self) -> dict[str, int] | None:
         with self._lock:
             if not self._reading and time.monotonic() - self._read_at >= self._ttl_s:
                 self._reading = True
                 threading.Thread(target=self._read, name="fleet-read", daemon=True).start()
-            return self._served
+            return self._counts
 
     def _read(self) -> None:
         try:
-            counts = self.workers.serving(())
-            served: frozenset[str] | None = frozenset(p for p, n in counts.items() if n)
+            counts: dict[str, int] | None = self.workers.serving(())
         except Exception:
             log.warning("worker registry unreadable", exc_info=True)
-            served = None
+            counts = None
         with self._lock:
-            self._served, self._read_at, self._reading = served, time.monotonic(), False
+            self._counts, self._read_at, self._reading = counts, time.monotonic(), False
 
     def detail(self, job: JobRecord) -> str | None:
         """Why a queued job waits, when the registry says: no live worker serves it."""

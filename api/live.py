@@ -32,6 +32,7 @@ from core.errors import InvalidRequest, TooManyRequests
 from core.jobs import JobStatus
 from storage.bus import Bus, Result, Subscription, Watcher
 from storage.records import JobRecord
+from storage.views import queue_fields
 
 from .deps import Services
 from .metrics import LIVE_ACTIVE
@@ -39,6 +40,7 @@ from .metrics import LIVE_ACTIVE
 log = logging.getLogger(__name__)
 
 TERMINAL_ID = 1_000_000_000  # the terminal status; a completed job's output follows it
+QUEUE_EVENT_S = 2.0  # how often a queued job's place is read again for ``queue`` events
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 
@@ -233,19 +235,60 @@ async def job_events(svc: Services, job: JobRecord, last: int,
         watch = Watch(svc, job, sub)
         job = await watch.reload()
         yield f"retry: {int(settings.event_resync_s * 1000)}\n\n".encode()
-        quiet_since = time.monotonic()
+        quiet_since, shown, read_at = time.monotonic(), None, float("-inf")
+        resumed = last >= event_id(job)
         while True:
             for sent, data in events_since(job, last, present):
                 yield data
                 last, quiet_since = sent, time.monotonic()
+            if job.status is JobStatus.QUEUED and time.monotonic() - read_at >= QUEUE_EVENT_S:
+                read_at = time.monotonic()
+                if place := await queue_event(svc, job, shown):
+                    shown, data = place
+                    if not resumed:  # a resumed stream hears of changes only
+                        yield data
+                        quiet_since = time.monotonic()
+                resumed = False
             if job.status.terminal or (left := deadline - time.monotonic()) <= 0:
                 return
-            woken = await watch.next(min(left, settings.event_heartbeat_s))
+            wait = min(left, settings.event_heartbeat_s)
+            woken = await watch.next(min(wait, QUEUE_EVENT_S)
+                                     if job.status is JobStatus.QUEUED else wait)
             if time.monotonic() - quiet_since >= settings.event_heartbeat_s:
                 yield b": keep-alive\n\n"
                 quiet_since = time.monotonic()
             if woken:
                 job = await watch.reload()
+
+
+async def queue_event(svc: Services, job: JobRecord, shown: dict | None
+                      ) -> tuple[dict, bytes] | None:
+    """A ``queue`` event (no id: a place in the queue is no state to resume from) when
+    the job's position changed or an estimate moved by more than a second or two since
+    the last one shown; None otherwise, or when it cannot be read now."""
+    if svc.standings is None:
+        return None
+    try:
+        standing = await run_in_threadpool(svc.standings.of, job)
+    except Exception:
+        log.warning("queue position of %s unreadable", job.id, exc_info=True,
+                    extra={"job_id": job.id})
+        return None
+    fields = {"id": job.id, **queue_fields(standing)}
+    if shown is not None and not _moved(shown, fields):
+        return None
+    return fields, sse("queue", json.dumps(fields))
+
+
+def _moved(before: dict, now: dict) -> bool:
+    for name, value in now.items():
+        old = before.get(name)
+        if name.startswith("estimated_") and value is not None and old is not None:
+            if abs(value - old) > 2:
+                return True
+        elif value != old:
+            return True
+    return False
 
 
 def error_json(code: str, message: str) -> str:

@@ -15,7 +15,7 @@ from core.errors import Conflict, InvalidRequest, NotFound, TooManyRequests, cli
 from core.jobs import JobKind, JobStatus, is_job_id
 from core.text import refused_character
 from pipelines import PipelineSpec
-from storage.records import Deadlines, JobRecord, JobWebhookRequest, NewJob
+from storage.records import Deadlines, JobRecord, JobWebhookRequest, NewJob, QueueStanding
 from storage.views import DEADLINE_EXCEEDED, JobPublic, job_view
 
 from .deps import Services
@@ -133,6 +133,17 @@ def remove_job(svc: Services, tenant: str, job: JobRecord, kind: JobKind | None 
 
 def job_public(svc: Services, job: JobRecord) -> JobPublic:
     return job_view(job, svc.store, svc.settings.signed_url_ttl_s, status_detail(svc, job))
+
+
+def one_job_public(svc: Services, job: JobRecord) -> JobPublic:
+    """One job as ``GET`` shows it: with its queue position and estimates (a list page
+    leaves those to each job's own ``GET``)."""
+    return job_view(job, svc.store, svc.settings.signed_url_ttl_s, status_detail(svc, job),
+                    standing_of(svc, job))
+
+
+def standing_of(svc: Services, job: JobRecord) -> QueueStanding | None:
+    return svc.standings.of(job) if svc.standings is not None else None
 
 
 def status_detail(svc: Services, job: JobRecord) -> str | None:

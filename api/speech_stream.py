@@ -35,6 +35,7 @@ from fastapi.responses import StreamingResponse
 from core.errors import Conflict, InvalidRequest, RenderFailed, ResultUnavailable
 from core.jobs import JobStatus
 from storage.records import JobRecord
+from storage.views import speech_usage
 
 from .deps import Services
 from .live import SSE_HEADERS, Slot, Watch, error_json
@@ -72,6 +73,7 @@ class SpeechStream:
         self.content_type: str | None = None
         self.frames, self.rate = 0, 0  # what the stream carried
         self.done = False
+        self.finished: JobRecord | None = None  # the completed job, once the stream ends
         self._ready: list[bytes] = []
 
     async def pieces(self, watch: Watch) -> AsyncIterator[bytes]:
@@ -130,6 +132,7 @@ class SpeechStream:
 
     async def _finish(self, job: JobRecord) -> AsyncIterator[bytes]:
         self.done = True  # the job ended: nothing left to cancel
+        self.finished = job
         if deadline_ended(job) is not None:
             raise StreamBroken(f"job {job.id} ended {job.status.value}: {job.error_code}")
         if job.status is JobStatus.FAILED:
@@ -228,8 +231,8 @@ async def _sse(stream: SpeechStream, first: bytes, pieces: AsyncIterator[bytes]
     except StreamBroken as exc:
         yield f"data: {error_json('stream_failed', str(exc))}\n\n".encode()
         return
-    usage = {"input_tokens": 0, "output_tokens": 0, "total_tokens": 0}
-    yield f"data: {json.dumps({'type': 'speech.audio.done', 'usage': usage})}\n\n".encode()
+    done = {"type": "speech.audio.done", "usage": speech_usage(stream.finished)}
+    yield f"data: {json.dumps(done)}\n\n".encode()
 
 
 async def _guarded(svc: Services, job: JobRecord, stream: SpeechStream,

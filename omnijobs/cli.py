@@ -25,6 +25,8 @@ from . import console, local, startup
 cli = console.commands(help="omnijobs: durable speech and video jobs.")
 keys_cli = console.commands(help="Manage API keys.")
 cli.add_typer(keys_cli, name="keys")
+tenants_cli = console.commands(help="Tenants' shares of the queues.")
+cli.add_typer(tenants_cli, name="tenants")
 webhooks_cli = console.commands(help="Webhook signing secrets.")
 cli.add_typer(webhooks_cli, name="webhooks")
 cli.add_typer(batch_cli, name="batch")
@@ -169,6 +171,37 @@ def keys_revoke(prefix: Annotated[str, typer.Argument(help="The key's prefix, as
     except OmniJobsError as exc:
         raise typer.BadParameter(exc.message, param_hint="PREFIX") from None
     typer.echo(f"key {key.prefix} of tenant {key.tenant} revoked at {_when(key.revoked_at)}")
+
+
+def _shares():
+    from storage.db import make_engine, make_sessionmaker
+    from storage.repositories.shares import ShareRepository
+
+    return ShareRepository(make_sessionmaker(make_engine(_admin_db())))
+
+
+@tenants_cli.command("weight")
+def tenants_weight(
+    tenant: Annotated[str, typer.Argument(help="Tenant name (or id)")],
+    weight: Annotated[float, typer.Argument(help="Its share: 3 gets three jobs started for "
+                                                 "each one of a tenant of weight 1")],
+) -> None:
+    """Set TENANT's weight in every lane's fair share (default 1)."""
+    from core.errors import OmniJobsError
+
+    try:
+        _shares().set_weight(tenant, weight)
+    except OmniJobsError as exc:
+        raise typer.BadParameter(exc.message, param_hint="TENANT or WEIGHT") from None
+    typer.echo(f"tenant {tenant}: weight {weight:g}")
+
+
+@tenants_cli.command("list")
+def tenants_list() -> None:
+    """Every tenant and its weight."""
+    typer.echo(f"{'tenant':<32} weight")
+    for name, weight in sorted(_shares().weights().values()):
+        typer.echo(f"{name:<32} {weight:g}")
 
 
 @cli.command()

@@ -22,7 +22,6 @@ class FilePublic(BaseModel):
     filename: str
     purpose: str
     status: Literal["processed", "expired"] = "processed"
-    status_details: str | None = None
 
 
 class BatchError(BaseModel):

@@ -68,6 +68,34 @@ class Tenant(Base):
     id: Mapped[str] = mapped_column(String(40), primary_key=True)
     name: Mapped[str] = mapped_column(String(200), unique=True)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    # Its share of each lane against the other tenants waiting there (``tenants weight``).
+    share_weight: Mapped[float] = mapped_column(Float, default=1.0, server_default="1")
+
+
+class TenantService(Base):
+    """How much service a tenant has had in one pipeline's lane: its stride-scheduling
+    pass (every claim adds ``1 / share_weight``). The fair claim serves the waiting
+    tenant with the lowest pass; ``lane_clocks`` keeps a returning tenant from
+    replaying the service it missed while it was away."""
+
+    __tablename__ = "tenant_service"
+
+    pipeline: Mapped[str] = mapped_column(String(200), primary_key=True)
+    lane: Mapped[str] = mapped_column(String(16), primary_key=True)
+    tenant_id: Mapped[str] = mapped_column(
+        ForeignKey("tenants.id", ondelete="CASCADE"), primary_key=True)
+    pass_: Mapped[float] = mapped_column("pass", Float)
+
+
+class LaneClock(Base):
+    """One pipeline's lane: the pass of the last tenant served (its virtual time), and
+    the row every claim in the lane locks first, so claims in a lane take turns."""
+
+    __tablename__ = "lane_clocks"
+
+    pipeline: Mapped[str] = mapped_column(String(200), primary_key=True)
+    lane: Mapped[str] = mapped_column(String(16), primary_key=True)
+    vtime: Mapped[float] = mapped_column(Float)
 
 
 class ApiKey(Base):
@@ -127,6 +155,14 @@ class Job(Base):
               sqlite_where=OUTPUTS_KEPT),
         Index("ix_jobs_queued_updated", "updated_at", postgresql_where=QUEUED,
               sqlite_where=QUEUED),
+        # The fair claim: a tenant's oldest queued job per pipeline and lane, and the job
+        # holding a render message's dispatch token.
+        Index("ix_jobs_fair_interactive", "pipeline", "tenant_id", "created_at",
+              postgresql_where=QUEUED_INTERACTIVE, sqlite_where=QUEUED_INTERACTIVE),
+        Index("ix_jobs_fair_bulk", "pipeline", "tenant_id", "created_at",
+              postgresql_where=QUEUED_BULK, sqlite_where=QUEUED_BULK),
+        Index("ix_jobs_queued_token", "dispatch_token",
+              postgresql_where=QUEUED, sqlite_where=QUEUED),
     )
 
     id: Mapped[str] = mapped_column(String(40), primary_key=True)
@@ -154,6 +190,8 @@ class Job(Base):
     dispatch_token: Mapped[str | None] = mapped_column(String(32))
     expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     outputs_deleted_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    # A retry's backoff: no claim takes the job before then (None: at once).
+    ready_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     # A batch's request: its batch, its line (0-based) and the caller's custom_id.
     batch_id: Mapped[str | None] = mapped_column(ForeignKey(
         "batches.id", ondelete="CASCADE", name="fk_jobs_batch_id"))
@@ -221,11 +259,14 @@ class JobUsage(Base):
 
 class Output(Base):
     __tablename__ = "outputs"
-    __table_args__ = (UniqueConstraint("job_id", "index", name="uq_outputs_job_index"),)
+    __table_args__ = (UniqueConstraint("job_id", "index", "variant",
+                                       name="uq_outputs_job_index_variant"),)
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"))
     index: Mapped[int] = mapped_column(Integer)
+    # "main": the output itself; "thumbnail" or "spritesheet": a preview of video ``index``
+    variant: Mapped[str] = mapped_column(String(16), server_default="main")
     key: Mapped[str] = mapped_column(String(500))
     content_type: Mapped[str] = mapped_column(String(100))
     bytes: Mapped[int] = mapped_column(BigInteger)

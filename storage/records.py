@@ -9,6 +9,11 @@ from typing import Any
 from core.batches import BatchStatus
 from core.jobs import JobKind, JobStatus
 
+# An output row's variant: the output itself, or one of a video's previews (made in
+# finalize from the stored video, stored and verified as the video is).
+MAIN = "main"
+PREVIEWS = ("thumbnail", "spritesheet")
+
 
 @dataclass(frozen=True)
 class OutputRecord:
@@ -24,6 +29,7 @@ class OutputRecord:
     height: int | None = None
     fps: float | None = None
     frames: int | None = None
+    variant: str = MAIN  # or a preview of output ``index`` (PREVIEWS)
 
 
 @dataclass(frozen=True)
@@ -48,12 +54,15 @@ class JobRecord:
     lease_expires_at: datetime | None
     idempotency_key: str | None = None
     outputs: tuple[OutputRecord, ...] = field(default_factory=tuple)
+    previews: tuple[OutputRecord, ...] = field(default_factory=tuple)  # a video's previews
     dispatch_token: str | None = None
     expires_at: datetime | None = None  # when the outputs expire (set at completion)
     outputs_deleted_at: datetime | None = None
     start_by: datetime | None = None  # the caller's start deadline
     max_run_s: float | None = None  # the caller's maximum run time per attempt
     usage: UsageRecord | None = None  # once the job has ended
+    batch_id: str | None = None  # a batch's job: the bulk lane
+    ready_at: datetime | None = None  # a retry's backoff: not claimed before then
 
 
 @dataclass(frozen=True)
@@ -405,3 +414,35 @@ class QueueSignals:
     window_s: float  # the window ``completed`` counts over
     lanes: tuple[LaneSignals, ...]
     running: dict[str, int]  # running jobs per pipeline (every pipeline named, 0 if none)
+
+
+@dataclass(frozen=True)
+class LanePicture:
+    """One pipeline's lane as the fair claim sees it, at ``at``: the tenants waiting
+    (ready jobs, the oldest one), their weights and passes, the lane's clock, the
+    interactive jobs a bulk job waits behind (``before``), the claims of the running
+    attempts, and the pipeline's recent pace (``StandingRepository.lane``)."""
+
+    pipeline: str
+    lane: str
+    at: datetime
+    vtime: float
+    before: int
+    waiting: dict[str, int]
+    oldest: dict[str, datetime]
+    weights: dict[str, float]
+    passes: dict[str, float]
+    running: tuple[datetime, ...]
+    duration_s: float | None  # claim to completion, median of recent attempts
+    interval_s: float | None  # a busy worker's claim to its next claim
+
+
+@dataclass(frozen=True)
+class QueueStanding:
+    """A queued job's place and estimates; the estimates are None with a ``reason``
+    when there is nothing to estimate from."""
+
+    position: int
+    start_at: datetime | None = None
+    completed_at: datetime | None = None
+    reason: str | None = None

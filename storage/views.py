@@ -16,12 +16,22 @@ from pydantic import BaseModel, Field
 from core.jobs import JobKind, JobStatus
 
 from .objects import ObjectStore
-from .records import JobRecord
+from .records import JobRecord, QueueStanding
 from .usage_views import UsagePublic, usage_view
 
-VIDEO_STATUS = {JobStatus.RUNNING: "in_progress",  # OpenAI's name for a running video
-                JobStatus.EXPIRED: "failed"}  # OpenAI's four: the reason is the code
+# A job's status in OpenAI's four video statuses (queued, in_progress, completed,
+# failed), with the error code of one that ended without a video of its own fault: the
+# job's own status stays on /v1/jobs. Unlisted statuses are named as they are.
+VIDEO_STATUS: dict[JobStatus, tuple[str, str | None]] = {
+    JobStatus.RUNNING: ("in_progress", None),
+    JobStatus.CANCELLED: ("failed", "cancelled"),  # deadline_exceeded among them
+    JobStatus.EXPIRED: ("failed", "expired"),  # never started: start_deadline_exceeded
+}
 DEADLINE_EXCEEDED = "deadline_exceeded"  # the code of a job cancelled at its max_run_s
+OUTPUT_TOKENS_PER_S = 50  # speech usage: one output token per 20 ms of audio
+# OpenAI's video sizes; a size outside them is reported as the one of its orientation
+# (the pixels themselves are ``resolution``).
+OPENAI_SIZES = ("720x1280", "1280x720", "1024x1792", "1792x1024")
 
 
 class JobError(BaseModel):
@@ -54,7 +64,37 @@ class OutputPublic(BaseModel):
 WAITING_FOR_A_WORKER = "waiting for a worker"
 
 
-class JobPublic(BaseModel):
+class QueueFields(BaseModel):
+    """Where a queued job stands (all null once it left the queue): the jobs of its
+    pipeline and lane that will start before it in the fair-share order, and when it
+    should start and end at the pipeline's recent pace with the workers live now; the
+    two estimates are null, with ``estimate_unavailable_reason`` saying why, when there
+    is nothing to estimate from (no live worker serves the pipeline, no recent
+    completions, a retry still waiting out its backoff)."""
+
+    queue_position: int | None = Field(None, description=(
+        "Queued jobs: the jobs of its pipeline and lane that start before it in the "
+        "fair-share order (0: next)"))
+    estimated_start_at: int | None = Field(None, description=(
+        "Queued jobs: when it should start (Unix seconds), at the pipeline's recent pace "
+        "with its live workers"))
+    estimated_completed_at: int | None = Field(None, description=(
+        "Queued jobs: when it should be done (Unix seconds)"))
+    estimate_unavailable_reason: str | None = Field(None, description=(
+        "Why the estimates are null: no_live_worker, no_recent_throughput, "
+        "waiting_for_retry_backoff or worker_registry_unavailable"))
+
+
+def queue_fields(standing: QueueStanding | None) -> dict:
+    if standing is None:
+        return {}
+    return {"queue_position": standing.position,
+            "estimated_start_at": timestamp(standing.start_at),
+            "estimated_completed_at": timestamp(standing.completed_at),
+            "estimate_unavailable_reason": standing.reason}
+
+
+class JobPublic(QueueFields):
     id: str
     object: Literal["job"] = "job"
     kind: str
@@ -78,7 +118,7 @@ class JobPublic(BaseModel):
                                       "it has ended (null if it ended without running)")
 
 
-class VideoPublic(BaseModel):
+class VideoPublic(QueueFields):
     id: str
     object: Literal["video"] = "video"
     model: str
@@ -88,7 +128,8 @@ class VideoPublic(BaseModel):
     created_at: int
     completed_at: int | None
     expires_at: int | None
-    size: str
+    size: str  # one of OPENAI_SIZES (openai_size)
+    resolution: str  # width x height asked of the model: the caller's size or its default
     seconds: str
     prompt: str
     fps: float
@@ -99,6 +140,7 @@ class VideoPublic(BaseModel):
     outputs: list[OutputPublic]
     metadata: dict[str, str] | None
     usage: UsagePublic | None = None
+    remixed_from_video_id: str | None = None  # no pipeline here remixes (yet)
 
 
 def timestamp(value: datetime | None) -> int | None:
@@ -113,7 +155,7 @@ def outputs_expired(job: JobRecord, now: datetime | None = None) -> bool:
 
 
 def job_view(job: JobRecord, store: ObjectStore, url_ttl_s: int,
-             detail: str | None = None) -> JobPublic:
+             detail: str | None = None, standing: QueueStanding | None = None) -> JobPublic:
     expired = outputs_expired(job)
     outputs = []
     for out in job.outputs:
@@ -131,23 +173,53 @@ def job_view(job: JobRecord, store: ObjectStore, url_ttl_s: int,
         created_at=timestamp(job.created_at), started_at=timestamp(job.started_at),
         completed_at=timestamp(job.completed_at), expires_at=timestamp(job.expires_at),
         error=error, outputs=outputs, metadata=job.metadata,
-        start_by=timestamp(job.start_by), max_run_s=job.max_run_s, usage=usage_view(job.usage))
+        start_by=timestamp(job.start_by), max_run_s=job.max_run_s, usage=usage_view(job.usage),
+        **queue_fields(standing))
+
+
+def video_status(job: JobRecord, error: JobError | None) -> tuple[str, JobError | None]:
+    """The video's status and error as OpenAI names them (VIDEO_STATUS)."""
+    status, code = VIDEO_STATUS.get(job.status, (job.status.value, None))
+    if code is not None and error is None:
+        error = JobError(code=code, message=f"the job was {job.status.value}")
+    return status, error
+
+
+def openai_size(size: str) -> str:
+    """``size`` if it is one of OpenAI's, else OpenAI's size of its orientation."""
+    if size in OPENAI_SIZES:
+        return size
+    width, height = (int(v) for v in size.split("x"))
+    return "720x1280" if height > width else "1280x720"
 
 
 def video_view(job: JobRecord, store: ObjectStore, url_ttl_s: int,
-               detail: str | None = None) -> VideoPublic:
+               detail: str | None = None, standing: QueueStanding | None = None
+               ) -> VideoPublic:
     pub = job_view(job, store, url_ttl_s)
     req = job.request
     rates = {o.sample_rate for o in job.outputs}
+    status, error = video_status(job, pub.error)
     return VideoPublic(
-        id=job.id, model=job.model, status="failed" if job.error_code == DEADLINE_EXCEEDED
-        else VIDEO_STATUS.get(job.status, job.status.value),
+        id=job.id, model=job.model, status=status,
         status_detail=detail, progress=job.progress, created_at=pub.created_at,
-        completed_at=pub.completed_at, expires_at=pub.expires_at, size=req["size"],
+        completed_at=pub.completed_at, expires_at=pub.expires_at,
+        size=openai_size(req["size"]), resolution=req["size"],
         seconds=f"{float(req['seconds']):g}", prompt=req["prompt"], fps=float(req["fps"]),
         n=int(req.get("n", 1)), seed=req.get("seed"),
         audio_sample_rate=rates.pop() if len(rates) == 1 else None,
-        error=pub.error, outputs=pub.outputs, metadata=job.metadata, usage=pub.usage)
+        error=error, outputs=pub.outputs, metadata=job.metadata, usage=pub.usage,
+        **queue_fields(standing))
+
+
+def speech_usage(job: JobRecord) -> dict[str, int]:
+    """OpenAI's speech ``usage`` in this service's units: input tokens are the input's
+    characters (what a speech model's limit counts), output tokens the stored audio's
+    20 ms frames (Audex's codec rate, the same measure for every pipeline)."""
+    seconds = sum(o.duration_s or 0.0 for o in job.outputs)
+    usage = {"input_tokens": len(job.request.get("input", "")),
+             "output_tokens": round(seconds * OUTPUT_TOKENS_PER_S)}
+    return {**usage, "total_tokens": usage["input_tokens"] + usage["output_tokens"]}
 
 
 def resource_view(job: JobRecord, store: ObjectStore, url_ttl_s: int) -> JobPublic | VideoPublic:

@@ -11,6 +11,7 @@ from core.errors import EncodingFailed, JobCancelled, OutputInvalid
 from media.audio import Audio
 from media.encode import FORMATS, encode_audio, target_rate
 from media.mux import mux_mp4, remux_faststart
+from media.preview import spritesheet, thumbnail
 from media.probe import probe_audio, probe_video
 from media.validate import AudioBounds, validate_audio
 from media.verify import (
@@ -22,9 +23,10 @@ from media.verify import (
 from media.video import check_rate, check_sync, coerce_fps, even_size, pair_audio, to_fhwc
 from pipelines import PipelineSpec, VideoRequest, VideoResult
 from storage.objects import ObjectStore, object_key
-from storage.records import JobRecord, OutputRecord
+from storage.records import PREVIEWS, JobRecord, OutputRecord
 
 Guard = Callable[[], None]  # raises JobCancelled when the job is no longer ours
+PREVIEW_TYPE = "image/webp"  # a video's previews, as OpenAI's API serves them
 
 
 def output_key(job: JobRecord, index: int, extension: str) -> str:
@@ -75,7 +77,7 @@ def split_videos(videos, expected: int) -> list[np.ndarray]:
 def _video_output(store: ObjectStore, guard: Guard, job: JobRecord, index: int,
                   clip: np.ndarray, fps: int, track: np.ndarray | None,
                   sample_rate: int | None, expected_frames: int | None,
-                  bounds: AudioBounds) -> OutputRecord:
+                  bounds: AudioBounds) -> list[OutputRecord]:
     frames = even_size(to_fhwc(clip))
     if expected_frames is not None and frames.shape[0] != expected_frames:
         raise OutputInvalid(f"{frames.shape[0]} frames generated, {expected_frames} declared",
@@ -95,7 +97,7 @@ def _video_output(store: ObjectStore, guard: Guard, job: JobRecord, index: int,
                          silence_rms=bounds.silence_rms)
     key = output_key(job, index, "mp4")
     sha = _upload(store, guard, key, data, "video/mp4")
-    return _record(index, key, data, sha, probe)
+    return [_record(index, key, data, sha, probe), *_previews(store, guard, job, index, data)]
 
 
 def _record(index: int, key: str, data: bytes, sha: str, probe) -> OutputRecord:
@@ -109,7 +111,7 @@ def _record(index: int, key: str, data: bytes, sha: str, probe) -> OutputRecord:
 
 def _preencoded_output(store: ObjectStore, guard: Guard, job: JobRecord, index: int,
                        data: bytes, request: VideoRequest, declared: tuple[int, int, int],
-                       want_audio: bool, bounds: AudioBounds) -> OutputRecord:
+                       want_audio: bool, bounds: AudioBounds) -> list[OutputRecord]:
     """An MP4 the pipeline already muxed: probe it, check it, upload it never re-encoded.
     One whose index is at the end, or with sound nobody asked for, is remuxed by stream
     copy first (faststart, the audio track left out)."""
@@ -136,7 +138,26 @@ def _preencoded_output(store: ObjectStore, guard: Guard, job: JobRecord, index: 
                        expected_sample_rate=None, bounds=bounds)
         check_encoded_sync(probe)
     key = output_key(job, index, "mp4")
-    return _record(index, key, data, _upload(store, guard, key, data, "video/mp4"), probe)
+    sha = _upload(store, guard, key, data, "video/mp4")
+    return [_record(index, key, data, sha, probe), *_previews(store, guard, job, index, data)]
+
+
+PREVIEW_MAKERS = {"thumbnail": thumbnail, "spritesheet": spritesheet}
+
+
+def _previews(store: ObjectStore, guard: Guard, job: JobRecord, index: int,
+              mp4: bytes) -> list[OutputRecord]:
+    """Video ``index``'s thumbnail and spritesheet, made from its stored bytes (rows of
+    their own, keyed beside it: ``<index>.<variant>.webp``)."""
+    records = []
+    for variant in PREVIEWS:
+        image = PREVIEW_MAKERS[variant](mp4)
+        key = output_key(job, index, f"{variant}.webp")
+        sha = _upload(store, guard, key, image.data, PREVIEW_TYPE)
+        records.append(OutputRecord(index=index, key=key, content_type=PREVIEW_TYPE,
+                                    bytes=len(image.data), sha256=sha, width=image.width,
+                                    height=image.height, variant=variant))
+    return records
 
 
 def finalize_video(store: ObjectStore, job: JobRecord, spec: PipelineSpec,
@@ -150,8 +171,8 @@ def finalize_video(store: ObjectStore, job: JobRecord, spec: PipelineSpec,
         if len(result.mp4) != request.n:
             raise OutputInvalid(f"{len(result.mp4)} videos generated, {request.n} requested",
                                 code="video_count_mismatch")
-        return [_preencoded_output(store, guard, job, i, data, request, declared, want_audio,
-                                   bounds) for i, data in enumerate(result.mp4)]
+        return [record for i, data in enumerate(result.mp4) for record in _preencoded_output(
+            store, guard, job, i, data, request, declared, want_audio, bounds)]
     fps = coerce_fps(result.fps)
     clips = split_videos(result.videos, request.n)
     tracks = pair_audio(result.audio, len(clips)) if want_audio else [None] * len(clips)
@@ -160,8 +181,8 @@ def finalize_video(store: ObjectStore, job: JobRecord, spec: PipelineSpec,
     expected = declared[0] if abs(fps - request.fps) < 1e-6 else None
     outputs = []
     for i, (clip, track) in enumerate(zip(clips, tracks, strict=True)):
-        outputs.append(_video_output(store, guard, job, i, clip, fps, track,
-                                     result.audio_sample_rate, expected, bounds))
+        outputs += _video_output(store, guard, job, i, clip, fps, track,
+                                 result.audio_sample_rate, expected, bounds)
         progress((i + 1) / len(clips))
     return outputs
 

@@ -112,9 +112,11 @@ def sweep_stale_queued(rt: WorkerRuntime, app: Celery) -> int:
     except Exception:  # broker down: nothing could be re-sent now anyway
         log.warning("stale-queued sweep: broker unreachable; next round", exc_info=True)
         return 0
+    # A message wakes whichever queued job holds its token, so the token is what counts.
+    tokens = None if waiting is None else {token for _, token in waiting}
     swept = 0
     for job in stale:
-        if waiting is not None and (job.id, job.dispatch_token) in waiting:
+        if tokens is not None and job.dispatch_token in tokens:
             continue
         try:
             swept += int(_resend(rt, app, job))

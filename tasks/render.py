@@ -238,19 +238,24 @@ def expired_at_claim(rt: WorkerRuntime, job: JobRecord) -> bool:
 
 def run_job(rt: WorkerRuntime, app: Celery, job_id: str,
             token: str | None = None) -> str | Future:
-    """Returns an outcome, or the Future of the finalize stage it handed off. Only the
-    message carrying the job's current dispatch ``token`` may claim it; a draining
-    worker claims nothing (the message goes back to its queue for another worker)."""
+    """Returns an outcome, or the Future of the finalize stage it handed off. The message
+    wakes its job's lane: the fairest ready job there is claimed, as long as some queued
+    job still holds the message's dispatch ``token``; a draining worker claims nothing
+    (the message goes back to its queue for another worker)."""
     if rt.drain.started:
         raise Reject("the worker is draining", requeue=True)
-    job = rt.jobs.claim(job_id, rt.worker_id, rt.settings.lease_s, token)
+    if token is None:  # a message from before dispatch tokens: that job or nothing
+        job = rt.jobs.claim(job_id, rt.worker_id, rt.settings.lease_s)
+    else:
+        job = rt.jobs.claim_next(token, rt.worker_id, rt.settings.lease_s)
     if job is None:
-        log.info("job %s not claimable (taken, cancelled, finished or a superseded "
-                 "message)", job_id, extra={"job_id": job_id})
+        log.info("message of job %s claimed nothing (its lane had no ready job, or the "
+                 "message was superseded)", job_id, extra={"job_id": job_id})
         return "skipped"
     if expired_at_claim(rt, job):
         return "expired"
-    log.info("job %s claimed (attempt %d)", job_id, job.attempts, extra={"job_id": job_id})
+    log.info("job %s claimed (attempt %d) on the message of job %s", job.id, job.attempts,
+             job_id, extra={"job_id": job.id})
     notify(rt.bus, job.id)
     limit = rt.max_runtime_s(job.pipeline)
     own = job.max_run_s is not None and job.max_run_s < limit

@@ -12,6 +12,7 @@ import pytest
 
 from storage.migrate import upgrade
 
+from .openapi import recorder as openai_responses
 from .services import (
     ROOT,
     Stack,
@@ -129,3 +130,24 @@ def stack(stack_db, seaweedfs, tmp_path_factory) -> Iterator[Stack]:
         yield st
     finally:
         st.stop()
+
+
+openai_responses.install()
+
+
+@pytest.fixture(autouse=True)
+def openai_conformance():
+    """Every response a test reads from an OpenAI route conforms to OpenAI's published
+    document, or differs as tests/openapi/conformance.py's DEVIATIONS says."""
+    openai_responses.take()
+    yield
+    if found := openai_responses.take():
+        pytest.fail("responses that do not conform to OpenAI's OpenAPI document:\n"
+                    + "\n".join(list(dict.fromkeys(found))[:20]), pytrace=False)
+
+
+def pytest_terminal_summary(terminalreporter):
+    if openai_responses.checked:
+        terminalreporter.write_line(
+            f"OpenAI conformance: {openai_responses.checked} responses of OpenAI routes "
+            "checked against openai-openapi f85dbe2")

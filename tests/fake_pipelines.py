@@ -97,6 +97,29 @@ class Fast(Pipeline):
 
 
 @register_pipeline
+class Instant(Pipeline):
+    """A tenth of a second of tone at once: a thousand jobs cost seconds (fair share)."""
+
+    spec = PipelineSpec(name="test-instant", kind=JobKind.SPEECH, models=("test-instant",),
+                        sample_rate=16000, voices=OPENAI_VOICES)
+
+    def speech(self, request, ctx):
+        yield AudioPiece(_tone(0.1), 16000)
+
+
+@register_pipeline
+class Paced(Pipeline):
+    """A fixed 0.6 s of work per job: a queue whose drain an ETA can be checked against."""
+
+    spec = PipelineSpec(name="test-paced", kind=JobKind.SPEECH, models=("test-paced",),
+                        sample_rate=16000, voices=OPENAI_VOICES)
+
+    def speech(self, request, ctx):
+        time.sleep(0.6)
+        yield AudioPiece(_tone(0.1), 16000)
+
+
+@register_pipeline
 class Stuck(Pipeline):
     """A call that hangs and never looks at cancellation (a wedged engine), on the attempts
     listed in the ``stuck_attempts_file`` option (one line per attempt seen so far)."""

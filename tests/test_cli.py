@@ -172,3 +172,14 @@ def test_api_workers_serves_from_that_many_processes(tmp_path):
     finally:
         proc.terminate()
         proc.wait(30)
+
+
+def test_tenants_weight_sets_the_share_and_refuses_nonsense(tmp_path):
+    assert omnijobs(tmp_path, "migrate").returncode == 0
+    assert omnijobs(tmp_path, "keys", "create", "--tenant", "acme").returncode == 0
+    done = omnijobs(tmp_path, "tenants", "weight", "acme", "3")
+    assert done.returncode == 0 and "tenant acme: weight 3" in done.stdout, done.stderr
+    listed = omnijobs(tmp_path, "tenants", "list").stdout.splitlines()
+    assert listed[1].split() == ["acme", "3"]
+    assert omnijobs(tmp_path, "tenants", "weight", "acme", "0").returncode == 2
+    assert "no tenant" in omnijobs(tmp_path, "tenants", "weight", "nobody", "2").stderr

@@ -2,9 +2,10 @@
 
 Each event's data is the object ``GET`` of the same resource returns (signed URLs
 included): ``status`` when the status changes, ``progress`` while it runs, and ``output``
-once it completed; the stream ends after the terminal state. A client that reconnects
-with ``Last-Event-ID`` gets what it has not seen; one that connects after the end gets
-the final state at once.
+once it completed; the stream ends after the terminal state. While the job is queued, a
+``queue`` event (no id) carries its ``queue_position`` and estimates whenever they
+change. A client that reconnects with ``Last-Event-ID`` gets what it has not seen; one
+that connects after the end gets the final state at once.
 """
 
 from __future__ import annotations

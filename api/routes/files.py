@@ -33,6 +33,8 @@ router = APIRouter(prefix="/v1/files", route_class=GuardedRoute)
 UPLOAD_PURPOSES = ("batch",)
 FORM_OVERHEAD = 64 * 1024  # multipart boundaries and the purpose field
 POLICY = "expires_after"  # sent as expires_after[anchor] and expires_after[seconds]
+# A file's content is served as OpenAI's API declares it (the bytes are JSON lines).
+CONTENT_TYPE = "application/json"
 
 
 def max_body_bytes(settings: Settings) -> int:
@@ -167,7 +169,7 @@ def file_content(file_id: str, svc: Services = Depends(services),
     if not record.expired(datetime.now(UTC)):
         try:
             return StreamingResponse(svc.store.stream(record.key),
-                                     media_type="application/jsonl",
+                                     media_type=CONTENT_TYPE,
                                      headers={"Content-Length": str(record.bytes)})
         except NotFound:  # deleted, or expired, since it was read
             record = get_file(svc, tenant, file_id)

@@ -10,13 +10,13 @@ from pydantic import BaseModel
 
 from core.errors import Conflict, NotFound, OutputExpired
 from core.jobs import JobKind, JobStatus
-from storage.records import JobRecord, OutputRecord
+from storage.records import MAIN, JobRecord, OutputRecord
 from storage.views import outputs_expired
 
 from ..deps import Services, services, tenant_id
 from ..guard import GuardedRoute
 from ..schemas import JobList, JobPublic
-from ..service import Page, found, get_job, job_public, list_page, remove_job
+from ..service import Page, found, get_job, job_public, list_page, one_job_public, remove_job
 
 router = APIRouter(prefix="/v1/jobs", route_class=GuardedRoute)
 
@@ -37,7 +37,7 @@ def list_jobs(page: Page = Depends(), status: JobStatus | None = None,
 @router.get("/{job_id}", response_model=JobPublic)
 def retrieve_job(job_id: str, svc: Services = Depends(services),
                  tenant: str = Depends(tenant_id)) -> JobPublic:
-    return job_public(svc, get_job(svc, tenant, job_id))
+    return one_job_public(svc, get_job(svc, tenant, job_id))
 
 
 @router.post("/{job_id}/cancel", response_model=JobPublic)
@@ -68,21 +68,24 @@ def not_cancellable(job: JobRecord) -> None:
                        "can be cancelled", code="job_not_cancellable")
 
 
-def output_of(job: JobRecord, index: int) -> OutputRecord:
-    """Output ``index`` of a completed job whose outputs have not expired."""
+def output_of(job: JobRecord, index: int, variant: str = MAIN) -> OutputRecord:
+    """Output ``index`` (or its preview ``variant``) of a completed job whose outputs
+    have not expired."""
     if job.status is not JobStatus.COMPLETED:
         raise Conflict(f"job {job.id} is {job.status.value}; content exists once it is "
                        "completed", code="job_not_completed")
-    out = next((o for o in job.outputs if o.index == index), None)
+    rows = job.outputs if variant == MAIN else job.previews
+    out = next((o for o in rows if o.index == index and o.variant == variant), None)
     if out is None:
-        raise NotFound(f"job {job.id} has no output {index}", param="index")
+        what = f"output {index}" if variant == MAIN else f"{variant} of output {index}"
+        raise NotFound(f"job {job.id} has no {what}", param="index")
     if outputs_expired(job):
         raise OutputExpired(f"the outputs of job {job.id} have expired and were deleted")
     return out
 
 
-def stream_output(svc: Services, job, index: int) -> StreamingResponse:
-    out = output_of(job, index)
+def stream_output(svc: Services, job, index: int, variant: str = MAIN) -> StreamingResponse:
+    out = output_of(job, index, variant)
     try:
         chunks = svc.store.stream(out.key)
     except NotFound:  # deleted since the job was read: retention (410) or a DELETE (404)

@@ -17,19 +17,29 @@ from core.errors import InvalidRequest, clip
 from core.jobs import JobKind
 from core.settings import Settings
 from pipelines import PipelineSpec, VideoRequest, all_specs, resolve_model
+from storage.records import MAIN, PREVIEWS
 from storage.views import video_view
 
 from ..deadlines import deadlines
 from ..deps import Services, services, tenant_id
 from ..guard import GuardedRoute
 from ..schemas import VideoCreate, VideoDeleted, VideoList, VideoPublic, video_request_body
-from ..service import Page, get_job, list_page, remove_job, status_detail, submit
+from ..service import (
+    Page,
+    get_job,
+    list_page,
+    remove_job,
+    standing_of,
+    status_detail,
+    submit,
+)
 from .jobs import stream_output
 from .webhooks import job_webhook
 
 router = APIRouter(prefix="/v1/videos", route_class=GuardedRoute)
 
 POLL_AFTER_MS = "500"
+VARIANTS = {"video": MAIN, **{v: v for v in PREVIEWS}}  # OpenAI's name -> the output row's
 # No file part is accepted: one is refused at its headers, before its bytes are read.
 FORM_LIMITS = {"max_files": 0, "max_fields": 32}
 NO_FILES = InvalidRequest("file inputs (input_reference) are not supported",
@@ -158,8 +168,9 @@ def list_videos(page: Page = Depends(), svc: Services = Depends(services),
 def retrieve_video(video_id: str, svc: Services = Depends(services),
                    tenant: str = Depends(tenant_id)) -> JSONResponse:
     job = get_job(svc, tenant, video_id, JobKind.VIDEO)
-    return JSONResponse(video_public(svc, job).model_dump(),
-                        headers={"openai-poll-after-ms": POLL_AFTER_MS})
+    view = video_view(job, svc.store, svc.settings.signed_url_ttl_s, status_detail(svc, job),
+                      standing_of(svc, job))
+    return JSONResponse(view.model_dump(), headers={"openai-poll-after-ms": POLL_AFTER_MS})
 
 
 @router.delete("/{video_id}", response_model=VideoDeleted)
@@ -176,7 +187,11 @@ def video_content(video_id: str, variant: str = Query(default="video", max_lengt
                   index: int = Query(default=0, ge=0, le=3),
                   svc: Services = Depends(services),
                   tenant: str = Depends(tenant_id)) -> StreamingResponse:
-    if variant != "video":
-        raise InvalidRequest(f"variant '{clip(variant)}' is not available; only 'video'",
-                             param="variant", code="unsupported_variant")
-    return stream_output(svc, get_job(svc, tenant, video_id, JobKind.VIDEO), index)
+    """The MP4 (``video``), or its ``thumbnail`` (a still) or ``spritesheet`` (a grid of
+    frames), both WebP, made when the video was."""
+    if variant not in VARIANTS:
+        raise InvalidRequest(f"variant '{clip(variant)}' is not one of "
+                             f"{', '.join(VARIANTS)}", param="variant",
+                             code="unsupported_variant")
+    return stream_output(svc, get_job(svc, tenant, video_id, JobKind.VIDEO), index,
+                         VARIANTS[variant])

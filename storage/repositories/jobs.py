@@ -21,6 +21,7 @@ from core.jobs import TERMINAL, JobKind, JobStatus
 
 from ..models import OUTPUTS_KEPT, QUEUED, Job, OutboxMessage, Output, UTCDateTime
 from ..records import (
+    MAIN,
     JobAttemptRecord,
     JobFilter,
     JobObjects,
@@ -30,6 +31,7 @@ from ..records import (
     OutputRecord,
 )
 from . import attempts as history
+from . import fair
 from . import usage as metering
 from .outbox import _record as outbox_record
 from .outbox import add_render, new_token
@@ -42,9 +44,18 @@ def _now() -> datetime:
     return datetime.now(UTC)
 
 
+def _output(o: Output) -> OutputRecord:
+    return OutputRecord(
+        index=o.index, key=o.key, content_type=o.content_type, bytes=o.bytes,
+        sha256=o.sha256, duration_s=o.duration_s, sample_rate=o.sample_rate,
+        channels=o.channels, width=o.width, height=o.height, fps=o.fps, frames=o.frames,
+        variant=o.variant)
+
+
 def _record(j: Job, outputs: tuple[OutputRecord, ...] | None = None) -> JobRecord:
     """``outputs``: given when the caller knows them (a claimed job has none), so the
-    relationship is not loaded for nothing."""
+    relationship is not loaded for nothing. A video's previews are rows of their own."""
+    rows = outputs if outputs is not None else tuple(_output(o) for o in j.outputs)
     return JobRecord(
         id=j.id, tenant_id=j.tenant_id, kind=JobKind(j.kind), model=j.model,
         pipeline=j.pipeline, status=JobStatus(j.status), progress=j.progress,
@@ -54,13 +65,10 @@ def _record(j: Job, outputs: tuple[OutputRecord, ...] | None = None) -> JobRecor
         completed_at=j.completed_at, lease_expires_at=j.lease_expires_at,
         idempotency_key=j.idempotency_key, dispatch_token=j.dispatch_token,
         expires_at=j.expires_at, outputs_deleted_at=j.outputs_deleted_at,
-        start_by=j.start_by, max_run_s=j.max_run_s,
+        start_by=j.start_by, max_run_s=j.max_run_s, batch_id=j.batch_id, ready_at=j.ready_at,
         usage=metering.record(getattr(j, "usage", None)),  # a claimed row has none
-        outputs=outputs if outputs is not None else tuple(OutputRecord(
-            index=o.index, key=o.key, content_type=o.content_type, bytes=o.bytes,
-            sha256=o.sha256, duration_s=o.duration_s, sample_rate=o.sample_rate,
-            channels=o.channels, width=o.width, height=o.height, fps=o.fps, frames=o.frames)
-            for o in j.outputs),
+        outputs=tuple(sorted((o for o in rows if o.variant == MAIN), key=lambda o: o.index)),
+        previews=tuple(o for o in rows if o.variant != MAIN),
     )
 
 
@@ -140,6 +148,7 @@ _CLAIMED = [c.label(a.key) for a in Job.__mapper__.column_attrs for c in a.colum
 
 
 _CLAIM = (_claim_statement(False), _claim_statement(True))
+_FAIR_CLAIM = {lane: fair.claim_statement(lane, _CLAIMED) for lane in fair.LANES}
 
 
 def _heartbeat_statement(with_progress: bool):
@@ -264,6 +273,32 @@ class JobRepository:
             stage_job_event(s, job_id, "started", job)
             history.open_attempt(s, job_id, job.attempts, worker_id, now)
             # Outputs are written only with ``completed``: a job leaving ``queued`` has none.
+            return _record(job, outputs=())
+
+    def claim_next(self, token: str, worker_id: str, lease_s: float) -> JobRecord | None:
+        """A render message carrying ``token`` arrived: claim the fairest ready job of
+        its pipeline's lane (``fair``), queued -> running with a lease, attempts + 1.
+        None if no queued job holds the token (a superseded or used-up message) or
+        nothing in the lane is ready."""
+        with self._sessions() as s:
+            holder = s.execute(fair.HOLDER, {"token": token}).first()
+        if holder is None:
+            return None
+        pipeline, lane = holder.pipeline, fair.lane_of(holder.batch_id)
+        now = _now()
+        params = {"p_pipeline": pipeline, "token": token, "worker_id": worker_id, "now": now,
+                  "lease": now + timedelta(seconds=lease_s)}
+        with self._sessions.begin() as s:
+            params["vtime"] = vtime = fair.lock_lane(s, pipeline, lane)
+            job = s.connection().execute(_FAIR_CLAIM[lane], params).one_or_none()
+            if job is None:
+                return None
+            if job.dispatch_token != token:  # its message now wakes the lane for the holder
+                s.connection().execute(fair.HAND_OVER, {"token": token,
+                                                        "claimed_token": job.dispatch_token})
+            fair.charge(s, pipeline, lane, job.tenant_id, vtime)
+            stage_job_event(s, job.id, "started", job)
+            history.open_attempt(s, job.id, job.attempts, worker_id, now)
             return _record(job, outputs=())
 
     def _running(self, job_id: str, attempt: int):
@@ -417,10 +452,11 @@ class JobRepository:
         """running -> queued (``q`` says which row) with a new token, and its render
         message in the same transaction."""
         now, token = _now(), new_token()
+        ready_at = now + timedelta(seconds=delay_s) if delay_s > 0 else None
         with self._sessions.begin() as s:
             res = s.execute(q.values(
                 status=JobStatus.QUEUED.value, worker_id=None, lease_expires_at=None,
-                progress=0, updated_at=now, error_code=code[:64],
+                progress=0, updated_at=now, ready_at=ready_at, error_code=code[:64],
                 error_message=message[:MESSAGE_LIMIT], dispatch_token=token, **values))
             if res.rowcount != 1:
                 return None

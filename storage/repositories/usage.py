@@ -16,7 +16,7 @@ from sqlalchemy import Integer, cast, delete, func, insert, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from ..models import Job, JobAttempt, JobUsage, Output, Tenant
-from ..records import UsageRecord
+from ..records import MAIN, UsageRecord
 from .activity import _epoch
 from .scope import tenant_is
 
@@ -43,7 +43,7 @@ def settle(s: Session, job_id: str, now: datetime) -> None:
     frames = size = 0
     for duration, rate, n, nbytes in s.execute(select(
             Output.duration_s, Output.sample_rate, Output.frames, Output.bytes).where(
-            Output.job_id == job_id)):
+            Output.job_id == job_id, Output.variant == MAIN)):  # a video's previews: not media
         audio += (duration or 0.0) if rate else 0.0
         video += (duration or 0.0) if n else 0.0
         frames, size = frames + (n or 0), size + nbytes

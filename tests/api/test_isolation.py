@@ -44,6 +44,8 @@ BODY = {
     "/v1/webhook_endpoints/{endpoint_id}": {"name": "renamed"},
     "/v1/webhook_endpoints/{endpoint_id}/test": {"event_type": "speech.completed"},
 }
+# Routes that answer their owner with an error of their own once they found the id.
+OWNER_ERRORS = {"/v1/videos/{video_id}/remix": "unsupported_capability"}
 # Routes whose ids are not a tenant's, and what protects them instead.
 NOT_TENANT_SCOPED = {
     "/v1/objects/{key:path}": "signed URLs: the HMAC signature grants access (test_bad_ids)",
@@ -131,4 +133,7 @@ def _check(owner, intruder, path: str, method: str, params: list[str]) -> None:
     resp = intruder.request(method, url, json=body)
     assert_openai_error(resp, 404, "not_found")
     mine = owner.request(method, url, json=body)
+    if path in OWNER_ERRORS:
+        assert_openai_error(mine, 400, OWNER_ERRORS[path])
+        return
     assert mine.status_code in (200, 409), f"{method} {path}: {mine.status_code} {mine.text}"

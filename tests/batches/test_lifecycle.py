@@ -47,7 +47,9 @@ def test_cancel_mid_run_keeps_exact_counts(sdk, client, db):
     for line in bad:
         assert line["error"]["code"] == "batch_cancelled"
         video = client.get(f"/v1/videos/{line['response']['request_id']}").json()
-        assert video["status"] == "cancelled" and video["outputs"] == []
+        # OpenAI's four statuses: a cancelled video is failed, saying why
+        assert video["status"] == "failed" and video["error"]["code"] == "cancelled"
+        assert video["outputs"] == []
     time.sleep(3.5)  # the running clip would have finished by now had it kept rendering
     assert batch_jobs(db, batch.id) == jobs
     assert sdk.batches.retrieve(batch.id).request_counts == done.request_counts

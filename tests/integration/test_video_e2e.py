@@ -53,7 +53,8 @@ def test_openai_sdk_create_poll_download(stack, key):
     video = sdk.videos.create_and_poll(model="reference-t2va", prompt=PROMPT, seconds="4",
                                        size="448x256")
     assert video.status == "completed" and video.progress == 100, video
-    assert video.seconds == "4" and video.size == "448x256"
+    assert video.seconds == "4" and video.size == "1280x720"  # OpenAI's size of its shape
+    assert video.model_dump()["resolution"] == "448x256"  # the pixels asked for
     data = sdk.videos.download_content(video.id, variant="video").read()
     assert_synced_mp4(data, 24, 22050)
     probe = probe_video(data)
@@ -188,7 +189,9 @@ def test_delete_finished_and_running(client):
 def test_content_variants(client):
     video = client.post("/v1/videos", json={"model": "test-video", "prompt": "ok"}).json()
     assert_openai_error(client.get(f"/v1/videos/{video['id']}/content",
-                                   params={"variant": "thumbnail"}), 400)
+                                   params={"variant": "thumbnail"}), 409, "job_not_completed")
     wait_video(client, video["id"])
+    assert_openai_error(client.get(f"/v1/videos/{video['id']}/content",
+                                   params={"variant": "poster"}), 400, "unsupported_variant")
     assert_openai_error(client.get(f"/v1/videos/{video['id']}/content",
                                    params={"index": 3}), 404)

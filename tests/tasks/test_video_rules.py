@@ -94,3 +94,34 @@ def test_mux_that_loses_audio_fails_the_job(rt, app, tenant, monkeypatch):  # no
     job = video_job(rt, tenant, "ok", n=1)
     assert outcome(run_job(rt, app, job.id)) == "failed"
     assert rt.jobs.get(job.id).error_code == "audio_missing"
+
+
+@pytest.mark.parametrize("prompt", ["ok", "mp4"])
+def test_each_video_gets_a_verified_thumbnail_and_spritesheet(rt, app, tenant, prompt):  # noqa: F811
+    """Muxed here or pre-encoded by the engine: previews are rows beside each video."""
+    from media.preview import decode_image
+
+    job = video_job(rt, tenant, prompt, n=1)
+    assert outcome(run_job(rt, app, job.id)) == "completed"
+    done = rt.jobs.get(job.id)
+    [video] = done.outputs  # the previews are not outputs of their own
+    assert sorted(p.variant for p in done.previews) == ["spritesheet", "thumbnail"]
+    for p in done.previews:
+        data = rt.store.get(p.key)
+        assert p.index == 0 and p.content_type == "image/webp"
+        assert hashlib.sha256(data).hexdigest() == p.sha256 and len(data) == p.bytes
+        assert p.key.startswith(video.key.rsplit("/", 1)[0])  # the attempt's own keys
+        assert decode_image(data).shape == (p.height, p.width, 3)
+    thumb = next(p for p in done.previews if p.variant == "thumbnail")
+    assert (thumb.width, thumb.height) == (video.width, video.height)
+
+
+def test_a_preview_that_fails_its_check_fails_the_job(rt, app, tenant, monkeypatch):  # noqa: F811
+    from core.errors import EncodingFailed
+
+    def broken(_mp4):
+        raise EncodingFailed("preview differs from its frames", code="preview_mismatch")
+    monkeypatch.setitem(finalize_module.PREVIEW_MAKERS, "spritesheet", broken)
+    job = video_job(rt, tenant, "ok", n=1)
+    assert outcome(run_job(rt, app, job.id)) == "failed"
+    assert rt.jobs.get(job.id).error_code == "preview_mismatch"

@@ -1,0 +1,28 @@
+"""A queued job's queue fields in GET and in the OpenAPI schema (in process: no worker
+is live, so the estimates are null with their reason)."""
+
+from __future__ import annotations
+
+FIELDS = ("queue_position", "estimated_start_at", "estimated_completed_at",
+          "estimate_unavailable_reason")
+
+
+def test_the_schema_documents_the_queue_fields(api):
+    schemas = api.app.openapi()["components"]["schemas"]
+    for name in ("JobPublic", "VideoPublic"):
+        props = schemas[name]["properties"]
+        assert all(props[f].get("description") for f in FIELDS), name
+
+
+def test_a_queued_job_says_where_it_stands_and_why_nothing_is_estimated(api):
+    with api.client("queue-fields") as c:
+        ids = [c.post("/v1/audio/speech", headers={"Prefer": "respond-async"},
+                      json={"model": "tts-1", "input": f"Hello {i}."}).json()["id"]
+               for i in range(3)]
+        jobs = [c.get(f"/v1/jobs/{j}").json() for j in ids]
+        listed = c.get("/v1/jobs").json()["data"]
+    first, second, third = (j["queue_position"] for j in jobs)
+    assert 0 <= first < second < third  # its tenant's own order (others may wait too)
+    assert all(j["estimated_start_at"] is None and j["estimate_unavailable_reason"]
+               == "no_live_worker" for j in jobs)
+    assert all(j["queue_position"] is None for j in listed)  # each job's own GET has it
