@@ -9,7 +9,7 @@ from typing import Literal
 from pydantic import BaseModel
 
 from .records import BatchRecord, FileRecord
-from .usage_views import UsagePublic, usage_view
+from .usage_views import BatchTokenUsage, UsagePublic, token_usage, usage_view
 from .views import timestamp
 
 
@@ -63,7 +63,8 @@ class BatchPublic(BaseModel):
     cancelled_at: int | None
     request_counts: RequestCountsPublic
     metadata: dict[str, str] | None
-    usage: UsagePublic | None = None  # the sum over its finished jobs
+    usage: BatchTokenUsage  # OpenAI's token counts, in this service's units
+    render_usage: UsagePublic | None = None  # the sum over its finished jobs
 
 
 def file_view(record: FileRecord) -> FilePublic:
@@ -88,4 +89,4 @@ def batch_view(record: BatchRecord) -> BatchPublic:
         error_file_id=record.error_file_id, metadata=record.metadata,
         request_counts=RequestCountsPublic(total=counts.total, completed=counts.completed,
                                            failed=counts.failed),
-        usage=usage_view(record.usage), **stamps)
+        usage=token_usage(record.usage), render_usage=usage_view(record.usage), **stamps)

@@ -37,6 +37,37 @@ def usage_view(u: UsageRecord | None) -> UsagePublic | None:
                        bytes=u.bytes)
 
 
+OUTPUT_TOKENS_PER_S = 50  # one output token per 20 ms of audio (as speech.audio.done)
+
+
+class InputTokensDetails(BaseModel):
+    cached_tokens: int = 0
+
+
+class OutputTokensDetails(BaseModel):
+    reasoning_tokens: int = 0
+
+
+class BatchTokenUsage(BaseModel):
+    """OpenAI's batch ``usage`` (tokens), in this service's units: input tokens are the
+    input's characters, output tokens the audio's 20 ms frames. What the batch cost in
+    render time is ``render_usage`` beside it."""
+
+    input_tokens: int = 0
+    input_tokens_details: InputTokensDetails = Field(default_factory=InputTokensDetails)
+    output_tokens: int = 0
+    output_tokens_details: OutputTokensDetails = Field(default_factory=OutputTokensDetails)
+    total_tokens: int = 0
+
+
+def token_usage(u: UsageRecord | None) -> BatchTokenUsage:
+    if u is None:
+        return BatchTokenUsage()
+    out = round(u.audio_s * OUTPUT_TOKENS_PER_S)
+    return BatchTokenUsage(input_tokens=u.characters, output_tokens=out,
+                           total_tokens=u.characters + out)
+
+
 class UsageResult(UsagePublic):
     object: Literal["organization.usage.render.result"] = "organization.usage.render.result"
     num_jobs: int = Field(description="Jobs that ended in the bucket")

@@ -17,7 +17,7 @@ from core.jobs import JobKind, JobStatus
 
 from .objects import ObjectStore
 from .records import JobRecord, QueueStanding
-from .usage_views import UsagePublic, usage_view
+from .usage_views import OUTPUT_TOKENS_PER_S, UsagePublic, usage_view
 
 # A job's status in OpenAI's four video statuses (queued, in_progress, completed,
 # failed), with the error code of one that ended without a video of its own fault: the
@@ -28,7 +28,6 @@ VIDEO_STATUS: dict[JobStatus, tuple[str, str | None]] = {
     JobStatus.EXPIRED: ("failed", "expired"),  # never started: start_deadline_exceeded
 }
 DEADLINE_EXCEEDED = "deadline_exceeded"  # the code of a job cancelled at its max_run_s
-OUTPUT_TOKENS_PER_S = 50  # speech usage: one output token per 20 ms of audio
 # OpenAI's video sizes; a size outside them is reported as the one of its orientation
 # (the pixels themselves are ``resolution``).
 OPENAI_SIZES = ("720x1280", "1280x720", "1024x1792", "1792x1024")

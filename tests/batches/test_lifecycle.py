@@ -87,8 +87,11 @@ def test_expired_batch_expires_the_rest_and_keeps_what_finished(sdk, db, receive
     assert [(x["custom_id"], x["error"]["code"]) for x in bad] == [
         ("slow-0", "batch_expired"), ("slow-1", "batch_expired")]
     assert batch_jobs(db, batch.id) == {"completed": 2, "expired": 2}
-    usage = client.get(f"/v1/batches/{batch.id}").json()["usage"]
+    shown = client.get(f"/v1/batches/{batch.id}").json()
+    usage, tokens = shown["render_usage"], shown["usage"]
     jobs = [x["response"]["body"]["usage"] for x in ok]
+    assert tokens["input_tokens"] == sum(u["characters"] for u in jobs) > 0
+    assert tokens["total_tokens"] == tokens["input_tokens"] + tokens["output_tokens"] > 0
     assert usage["render_seconds"] == pytest.approx(sum(u["render_seconds"] for u in jobs))
     assert usage["bytes"] == sum(u["bytes"] for u in jobs) > 0
     assert usage["attempts"] == 2
