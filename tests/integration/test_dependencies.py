@@ -11,7 +11,7 @@ from urllib.parse import urlsplit
 
 import httpx
 import pytest
-from openai import APIStatusError, OpenAI
+from openai import OpenAI
 
 from ..proxy import Proxy, through
 from ..services import S3_LIMITED_KEY, S3_LIMITED_SECRET, free_port, spawn, wait_until
@@ -108,33 +108,37 @@ def proxied(stack, tmp_path_factory):
         store.close()
 
 
-def test_sync_speech_result_unreadable_is_not_retried(stack, proxied):
-    """The job completed but its bytes cannot be read: an error the SDK does not retry
-    (three tries allowed), so the text is rendered once."""
+def test_sync_speech_with_the_store_unreachable_is_answered_from_the_handoff(stack, proxied):
+    """The API process cannot reach the store: a small result comes with the job's
+    completion (handed by the worker), so the answer is the stored audio all the same,
+    rendered once. (A result too large to hand over, over 1 MiB, is read from the store,
+    and one unreadable there is the 503 `result_unavailable` the SDK does not retry; no
+    test pipeline here makes a result that large, so that path is not exercised.)"""
     base, _, store = proxied
     key = stack.new_key("sync-" + uuid.uuid4().hex[:8])
     store.cut()
     try:
         sdk = OpenAI(base_url=f"{base}/v1", api_key=key, max_retries=2)
-        with pytest.raises(APIStatusError) as err:
-            sdk.audio.speech.create(model="test-sleep", voice="alloy", input="0.2")
+        audio = sdk.audio.speech.create(model="test-sleep", voice="alloy", input="0.2",
+                                        response_format="wav").content
     finally:
         store.restore()
-    assert err.value.status_code == 503
-    assert err.value.response.headers["x-should-retry"] == "false"
-    assert err.value.body["code"] == "result_unavailable"
     with stack.client(key) as direct:
-        [job] = direct.get("/v1/jobs").json()["data"]  # submitted once, not three times
-    assert job["status"] == "completed" and job["id"] in err.value.body["message"]
+        [job] = direct.get("/v1/jobs").json()["data"]  # submitted once
+    assert job["status"] == "completed"
+    assert hashlib.sha256(audio).hexdigest() == job["outputs"][0]["sha256"]
 
 
-def test_sync_speech_database_lost_while_waiting_answers_202(stack, proxied):
+def test_sync_speech_database_lost_while_waiting_is_answered_from_the_handoff(stack, proxied):
+    """The API loses its database while the request waits: the worker (which still has
+    its own) completes the job and hands the result over, so the caller gets the audio,
+    and the job exists once."""
     base, db, _ = proxied
     key = stack.new_key("sync-" + uuid.uuid4().hex[:8])
     answer: dict = {}
     waiting = threading.Thread(target=lambda: answer.update(resp=httpx.post(
         f"{base}/v1/audio/speech", timeout=60, headers={"Authorization": f"Bearer {key}"},
-        json={"model": "test-sleep", "input": "4"})))
+        json={"model": "test-sleep", "input": "4", "response_format": "wav"})))
     with stack.client(key) as direct:
         waiting.start()
         wait_until(lambda: direct.get("/v1/jobs").json()["data"], 30, "the job to exist")
@@ -144,8 +148,7 @@ def test_sync_speech_database_lost_while_waiting_answers_202(stack, proxied):
         finally:
             db.restore()
         resp = answer["resp"]
-        assert resp.status_code == 202, resp.text
-        job_id = resp.json()["id"]
-        assert resp.headers["location"] == f"/v1/jobs/{job_id}"
-        assert wait_job(direct, job_id, 60)["status"] == "completed"
-        assert len(direct.get("/v1/jobs").json()["data"]) == 1
+        assert resp.status_code == 200, resp.text
+        [job] = direct.get("/v1/jobs").json()["data"]
+        assert job["status"] == "completed"
+        assert hashlib.sha256(resp.content).hexdigest() == job["outputs"][0]["sha256"]
