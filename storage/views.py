@@ -63,25 +63,22 @@ class OutputPublic(BaseModel):
 WAITING_FOR_A_WORKER = "waiting for a worker"
 
 
-class QueueFields(BaseModel):
-    """Where a queued job stands (all null once it left the queue): the jobs of its
-    pipeline and lane that will start before it in the fair-share order, and when it
-    should start and end at the pipeline's recent pace with the workers live now; the
-    two estimates are null, with ``estimate_unavailable_reason`` saying why, when there
-    is nothing to estimate from (no live worker serves the pipeline, no recent
-    completions, a retry still waiting out its backoff)."""
-
-    queue_position: int | None = Field(None, description=(
-        "Queued jobs: the jobs of its pipeline and lane that start before it in the "
-        "fair-share order (0: next)"))
-    estimated_start_at: int | None = Field(None, description=(
-        "Queued jobs: when it should start (Unix seconds), at the pipeline's recent pace "
-        "with its live workers"))
-    estimated_completed_at: int | None = Field(None, description=(
-        "Queued jobs: when it should be done (Unix seconds)"))
-    estimate_unavailable_reason: str | None = Field(None, description=(
-        "Why the estimates are null: no_live_worker, no_recent_throughput, "
-        "waiting_for_retry_backoff or worker_registry_unavailable"))
+# Where a queued job stands (all null once it left the queue): the jobs of its pipeline
+# and lane that will start before it in the fair-share order, and when it should start
+# and end at the pipeline's recent pace with the workers live now; the two estimates are
+# null, with ``estimate_unavailable_reason`` saying why, when there is nothing to
+# estimate from. Declared last in the job and video objects, so ``id`` stays first.
+QUEUE_POSITION = Field(None, description=(
+    "Queued jobs: the jobs of its pipeline and lane that start before it in the "
+    "fair-share order (0: next)"))
+ESTIMATED_START_AT = Field(None, description=(
+    "Queued jobs: when it should start (Unix seconds), at the pipeline's recent pace "
+    "with its live workers"))
+ESTIMATED_COMPLETED_AT = Field(None, description=(
+    "Queued jobs: when it should be done (Unix seconds)"))
+ESTIMATE_UNAVAILABLE_REASON = Field(None, description=(
+    "Why the estimates are null: no_live_worker, no_recent_throughput, "
+    "waiting_for_retry_backoff or worker_registry_unavailable"))
 
 
 def queue_fields(standing: QueueStanding | None) -> dict:
@@ -93,7 +90,7 @@ def queue_fields(standing: QueueStanding | None) -> dict:
             "estimate_unavailable_reason": standing.reason}
 
 
-class JobPublic(QueueFields):
+class JobPublic(BaseModel):
     id: str
     object: Literal["job"] = "job"
     kind: str
@@ -115,9 +112,13 @@ class JobPublic(QueueFields):
     max_run_s: float | None = None
     usage: UsagePublic | None = Field(default=None, description="What the job cost, once "
                                       "it has ended (null if it ended without running)")
+    queue_position: int | None = QUEUE_POSITION
+    estimated_start_at: int | None = ESTIMATED_START_AT
+    estimated_completed_at: int | None = ESTIMATED_COMPLETED_AT
+    estimate_unavailable_reason: str | None = ESTIMATE_UNAVAILABLE_REASON
 
 
-class VideoPublic(QueueFields):
+class VideoPublic(BaseModel):
     id: str
     object: Literal["video"] = "video"
     model: str
@@ -140,6 +141,10 @@ class VideoPublic(QueueFields):
     metadata: dict[str, str] | None
     usage: UsagePublic | None = None
     remixed_from_video_id: str | None = None  # no pipeline here remixes (yet)
+    queue_position: int | None = QUEUE_POSITION
+    estimated_start_at: int | None = ESTIMATED_START_AT
+    estimated_completed_at: int | None = ESTIMATED_COMPLETED_AT
+    estimate_unavailable_reason: str | None = ESTIMATE_UNAVAILABLE_REASON
 
 
 def timestamp(value: datetime | None) -> int | None:
