@@ -96,10 +96,14 @@ def test_the_queued_counts_read_their_partial_indexes():
                 "FROM generate_series(1, 40000) AS i; ANALYZE jobs"))
         with engine.connect() as conn:
             # Jobs of no batch have a tight range in ix_jobs_batch_status too (batch_id
-            # NULL, then status): either index reads the queued jobs alone.
+            # NULL, then status), and the fair claim's and the stale sweep's partial
+            # indexes hold queued jobs only: any of them reads the queued jobs alone.
+            queued_only = ("ix_jobs_queued_updated", "ix_jobs_queued_token")
             for lane, indexes in (("interactive", ("ix_jobs_queued_interactive",
-                                                   "ix_jobs_batch_status")),
-                                  ("bulk", ("ix_jobs_queued_bulk",))):
+                                                   "ix_jobs_fair_interactive",
+                                                   "ix_jobs_batch_status", *queued_only)),
+                                  ("bulk", ("ix_jobs_queued_bulk", "ix_jobs_fair_bulk",
+                                            *queued_only))):
                 sql = str(_queued(lane).compile(engine, compile_kwargs={"literal_binds": True}))
                 plan = "\n".join(r[0] for r in conn.execute(text("EXPLAIN " + sql)))
                 assert "Seq Scan" not in plan and any(i in plan for i in indexes), plan
