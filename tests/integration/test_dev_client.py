@@ -22,8 +22,9 @@ def clean_env(**extra: str) -> dict[str, str]:
 
 
 def test_make_dev_passes_its_port():
-    shown = subprocess.run(["make", "-n", "dev", "PORT=8137"], cwd=ROOT, capture_output=True,
-                           text=True, timeout=30)
+    # --no-print-directory: under `make test` a nested make would name its directory last
+    shown = subprocess.run(["make", "--no-print-directory", "-n", "dev", "PORT=8137"],
+                           cwd=ROOT, capture_output=True, text=True, timeout=30)
     assert shown.returncode == 0, shown.stderr
     assert shown.stdout.strip().splitlines()[-1].endswith("omnijobs dev --port 8137")
 
