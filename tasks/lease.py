@@ -118,6 +118,18 @@ class Lease:
                 time.sleep(min(RETRY_S, self.lease_s / 10))
         return True
 
+    def lost_unless_recent(self) -> bool:
+        """Before an upload: is the job lost? A heartbeat confirmed within the last beat
+        interval is taken as current (the lease it renewed has most of its time left);
+        an older one is renewed now (``lost_now``). Object keys name their attempt, so
+        an upload can never overwrite another attempt's output; this only spares the
+        upload of a job that is no longer ours."""
+        if self.lost.is_set():
+            return True
+        if time.monotonic() - self._confirmed_at < self.interval_s:
+            return False
+        return self.lost_now()
+
     def beat(self) -> bool:
         """One heartbeat; True when confirmed (the lease renewed, the job still ours).
         It waits no longer than the lease has left, so a stalled database cannot hold
@@ -146,9 +158,13 @@ class Lease:
             self._on_progress()
         return True
 
+    @property
+    def interval_s(self) -> float:
+        """Between two heartbeats of the lease's thread."""
+        return min(self.lease_s / 3, 2.0)
+
     def _run(self) -> None:
-        interval = min(self.lease_s / 3, 2.0)
-        while not self._stop.wait(interval):
+        while not self._stop.wait(self.interval_s):
             if self.overdue():
                 self.lost.set()
                 if not self._stop.is_set():

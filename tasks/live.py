@@ -17,11 +17,12 @@ from storage.bus import Bus, Result
 log = logging.getLogger(__name__)
 
 
-def notify(bus: Bus | None, job_id: str) -> None:
+def notify(bus: Bus | None, job_id: str, running: bool = False) -> None:
+    """``running``: claimed, or progress recorded (``Bus.notify``)."""
     if bus is None:
         return
     try:
-        bus.notify(job_id)
+        bus.notify(job_id, running)
     except Exception:
         log.warning("live notice for %s not sent", job_id, exc_info=True,
                     extra={"job_id": job_id})

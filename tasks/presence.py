@@ -1,9 +1,10 @@
 """This process's row in the worker registry (``storage/repositories/workers.py``).
 
-A daemon thread writes it every ``OMNIJOBS_WORKER_HEARTBEAT_S`` and at once when
-something readers care about changes (a job claimed or recorded, a drain begun); the
-row counts as alive for ``TTL_BEATS`` periods, so a process that dies without a word
-drops out of every reader's view after that, and one that stops cleanly deletes it.
+A daemon thread writes it every ``OMNIJOBS_WORKER_HEARTBEAT_S`` and within
+``POKE_DELAY_S`` when something readers care about changes (a job claimed or recorded,
+a drain begun); the row counts as alive for ``TTL_BEATS`` periods, so a process that
+dies without a word drops out of every reader's view after that, and one that stops
+cleanly deletes it.
 A database blip costs a beat, never the process.
 """
 
@@ -24,6 +25,10 @@ from storage.repositories import WorkerRepository
 log = logging.getLogger(__name__)
 
 TTL_BEATS = 3  # a row not renewed for this many periods is a dead process
+# A poke's write waits this long: it lands after the claim or completion that poked it
+# rather than beside it (they share the process and the database), and a short job's
+# two changes make one write.
+POKE_DELAY_S = 0.2
 
 
 def describe(worker_id: str, role: str, pipelines: list[str]) -> WorkerBeat:
@@ -67,7 +72,8 @@ class Presence:
         while not self._stopped.is_set():
             self._wake.clear()
             self.beat()
-            self._wake.wait(self.period_s)
+            if self._wake.wait(self.period_s):
+                self._stopped.wait(POKE_DELAY_S)
 
     def stop(self) -> None:
         """The process is leaving: its row goes with it (best effort; else it expires)."""

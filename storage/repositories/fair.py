@@ -35,6 +35,11 @@ LANES = (INTERACTIVE, BULK_LANE)
 _QUEUED = literal_column("'queued'")
 
 
+# The claimed row as plain columns, named as ``JobRepository``'s records read them: no ORM
+# entity to build, track and then load relationships for (a claimed job has no outputs).
+CLAIMED = [c.label(a.key) for a in Job.__mapper__.column_attrs for c in a.columns]
+
+
 def lane_of(batch_id: str | None) -> str:
     return INTERACTIVE if batch_id is None else BULK_LANE
 
@@ -55,12 +60,12 @@ def larger(a, b):
 
 def _tenant_order(lane: str):
     """Every tenant with a ready job in the lane: its key (pass, raised to the lane's
-    clock ``:vtime``) and its oldest ready job, for ``ORDER BY key, oldest``. One index
+    clock ``:p_vtime``) and its oldest ready job, for ``ORDER BY key, oldest``. One index
     probe per tenant (ix_jobs_fair_*)."""
     q = aliased(Job, name="q")
     oldest = (select(q.created_at).where(waiting(q, lane), q.tenant_id == Tenant.id)
               .order_by(q.created_at).limit(1).correlate(Tenant).scalar_subquery())
-    key = larger(func.coalesce(TenantService.pass_, 0.0), bindparam("vtime"))
+    key = larger(func.coalesce(TenantService.pass_, 0.0), bindparam("p_vtime"))
     return select(Tenant.id.label("tenant_id"), oldest.label("oldest"),
                   key.label("key")).outerjoin(TenantService, and_(
                       TenantService.pipeline == bindparam("p_pipeline"),
@@ -91,7 +96,7 @@ def claim_statement(lane: str, returning):
     now = bindparam("now", type_=UTCDateTime())
     return update(Job).where(Job.id == _pick(lane), Job.status == _QUEUED, current).values(
         status=JobStatus.RUNNING.value, attempts=Job.attempts + 1,
-        worker_id=bindparam("worker_id"),
+        worker_id=bindparam("p_worker"),
         lease_expires_at=bindparam("lease", type_=UTCDateTime()), updated_at=now,
         started_at=func.coalesce(Job.started_at, now), error_code=None,
         error_message=None).returning(*returning)

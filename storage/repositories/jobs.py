@@ -31,13 +31,13 @@ from ..records import (
     OutputRecord,
 )
 from . import attempts as history
-from . import fair
+from . import fair, hotpath
 from . import usage as metering
 from .outbox import _record as outbox_record
 from .outbox import add_render, new_token
 from .quotas import Quotas
 from .submits import ID_PREFIX, Submitted, insert_many
-from .webhooks import stage_job_event, subscribe_job, withdraw_event
+from .webhooks import new_event_id, stage_job_event, subscribe_job, withdraw_event
 
 
 def _now() -> datetime:
@@ -139,16 +139,11 @@ def _claim_statement(with_token: bool):
         worker_id=bindparam("worker_id"), lease_expires_at=bindparam("lease", type_=UTCDateTime()),
         updated_at=bindparam("now", type_=UTCDateTime()),
         started_at=func.coalesce(Job.started_at, bindparam("now", type_=UTCDateTime())),
-        error_code=None, error_message=None).returning(*_CLAIMED)
-
-
-# The claimed row as plain columns, named as ``_record`` reads them: no ORM entity to
-# build, track and then load relationships for (a claimed job has no outputs yet).
-_CLAIMED = [c.label(a.key) for a in Job.__mapper__.column_attrs for c in a.columns]
+        error_code=None, error_message=None).returning(*fair.CLAIMED)
 
 
 _CLAIM = (_claim_statement(False), _claim_statement(True))
-_FAIR_CLAIM = {lane: fair.claim_statement(lane, _CLAIMED) for lane in fair.LANES}
+_FAIR_CLAIM = {lane: fair.claim_statement(lane, fair.CLAIMED) for lane in fair.LANES}
 
 
 def _heartbeat_statement(with_progress: bool):
@@ -169,6 +164,8 @@ _HEARTBEAT = (_heartbeat_statement(False), _heartbeat_statement(True))
 class JobRepository:
     def __init__(self, sessions: sessionmaker[Session], quotas: Quotas | None = None) -> None:
         self._sessions = sessions
+        self._engine = sessions.kw["bind"]
+        self._dialect = self._engine.dialect.name  # PostgreSQL: the one-statement paths
         self._quotas = quotas  # admission for submits (the API's); None: no limits
 
     # ---- submit and read -------------------------------------------------------------
@@ -280,16 +277,19 @@ class JobRepository:
         its pipeline's lane (``fair``), queued -> running with a lease, attempts + 1.
         None if no queued job holds the token (a superseded or used-up message) or
         nothing in the lane is ready."""
+        now = _now()
+        params = {"token": token, "p_worker": worker_id, "now": now,
+                  "lease": now + timedelta(seconds=lease_s)}
+        if self._dialect == "postgresql":
+            return self._claim_in_one(params)
         with self._sessions() as s:
             holder = s.execute(fair.HOLDER, {"token": token}).first()
         if holder is None:
             return None
         pipeline, lane = holder.pipeline, fair.lane_of(holder.batch_id)
-        now = _now()
-        params = {"p_pipeline": pipeline, "token": token, "worker_id": worker_id, "now": now,
-                  "lease": now + timedelta(seconds=lease_s)}
+        params["p_pipeline"] = pipeline
         with self._sessions.begin() as s:
-            params["vtime"] = vtime = fair.lock_lane(s, pipeline, lane)
+            params["p_vtime"] = vtime = fair.lock_lane(s, pipeline, lane)
             job = s.connection().execute(_FAIR_CLAIM[lane], params).one_or_none()
             if job is None:
                 return None
@@ -300,6 +300,18 @@ class JobRepository:
             stage_job_event(s, job.id, "started", job)
             history.open_attempt(s, job.id, job.attempts, worker_id, now)
             return _record(job, outputs=())
+
+    def _claim_in_one(self, params: dict[str, Any]) -> JobRecord | None:
+        """``claim_next`` on PostgreSQL: the lane's lock, then one statement
+        (``hotpath.CLAIM``) that claims and writes what a claim writes."""
+        with self._engine.begin() as conn:
+            lane = conn.execute(hotpath.LOCK_LANE, params).first()
+            if lane is None:
+                return None
+            params.update(p_pipeline=lane.pipeline, p_vtime=lane.vtime,
+                          p_event=new_event_id())
+            job = conn.execute(hotpath.CLAIM[lane.lane], params).one_or_none()
+            return None if job is None else _record(job, outputs=())
 
     def _running(self, job_id: str, attempt: int):
         return update(Job).where(Job.id == job_id, Job.status == JobStatus.RUNNING.value,
@@ -314,19 +326,29 @@ class JobRepository:
         if progress is not None:
             params["new_progress"] = max(0, min(99, progress))
         # One statement on its own (autocommit): one round trip, no BEGIN and COMMIT.
-        engine = self._sessions.kw["bind"]
-        with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        with self._engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
             return conn.execute(_HEARTBEAT[progress is not None], params).rowcount == 1
 
     def complete(self, job_id: str, attempt: int, outputs: list[OutputRecord],
                  output_ttl_s: float, render: tuple[float, str | None] | None = None) -> bool:
-        """Outputs + running -> completed + the usage record in one transaction; nothing
-        written if we lost. The outputs expire ``output_ttl_s`` after completion;
-        ``render``: the worker's (seconds in the pipeline, device) for this attempt.
+        """Outputs + running -> completed + the usage record in one transaction (one
+        statement on PostgreSQL, ``hotpath.COMPLETE``); nothing written if we lost. A
+        running job has no outputs (they are written only here, and completed is final).
+        The outputs expire ``output_ttl_s`` after completion; ``render``: the worker's
+        (seconds in the pipeline, device) for this attempt.
 
         A dropped connection is ServiceUnavailable (retryable): the caller may try again.
         """
         now = _now()
+        if self._dialect == "postgresql":
+            with self._engine.connect().execution_options(isolation_level="AUTOCOMMIT") as c:
+                return c.execute(hotpath.COMPLETE, {
+                    "p_job": job_id, "p_attempt": attempt, "now": now,
+                    "p_expires": now + timedelta(seconds=output_ttl_s),
+                    "p_outputs": [asdict(o) for o in outputs], "p_event": new_event_id(),
+                    "timed": render is not None, "p_render": render and render[0],
+                    "p_device": render and render[1], **hotpath.media(outputs)}
+                ).first() is not None
         with self._sessions.begin() as s:
             res = s.execute(self._running(job_id, attempt).values(
                 status=JobStatus.COMPLETED.value, progress=100, completed_at=now,
@@ -334,7 +356,6 @@ class JobRepository:
                 expires_at=now + timedelta(seconds=output_ttl_s)))
             if res.rowcount != 1:
                 return False
-            s.execute(delete(Output).where(Output.job_id == job_id))
             s.add_all(Output(job_id=job_id, created_at=now, **asdict(o)) for o in outputs)
             stage_job_event(s, job_id, "completed")
             history.close_attempt(s, job_id, now, history.COMPLETED, render=render)

@@ -1,23 +1,25 @@
-"""Admission: may one more job enter? Checked inside the submit transaction.
+"""Admission: may one more job enter? Counted before the submit's insert.
 
 Each count is an index range scan that stops at its limit, so the check costs at most
 that many index entries whatever the table's size. Two submits racing at the limit may
 both pass (the count is not serialised with the insert): a cap can be overshot by the
 submits in flight at that moment, never by more.
 
-A pipeline's queue count is the one whose cost follows the queue's depth (up to the
-cap's entries, on every group). While a process last read it below half the cap, it
+A count far from its cap decides nothing, so it is not read on every group: while a
+process last read a tenant's active jobs or a pipeline's queue below half the cap, it
 counts again at most every ``FRESH_S`` and adds its own admissions in between; from half
-the cap on, every group counts. Only a fleet admitting more than half the cap within
-``FRESH_S`` could overshoot by more than the submits in flight.
+the cap on, every group counts. Only a fleet admitting more than half a cap within
+``FRESH_S`` (for a tenant: far beyond its submit rate limit) could overshoot by more
+than the submits in flight. A group far from every cap reads nothing before its insert.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Any
 
 from sqlalchemy import bindparam, func, literal, select
 from sqlalchemy.orm import Session
@@ -49,8 +51,8 @@ class Quotas:
     def __init__(self, by_lane: Mapping[str, Quota], clock=time.monotonic) -> None:
         self._by_lane = dict(by_lane)
         self._clock = clock
-        # (pipeline, cap) -> (when counted, the count then plus this process's admissions)
-        self._queued: dict[tuple[str, int], tuple[float, int]] = {}
+        # (kind, name, cap) -> (when counted, the count then plus this process's admissions)
+        self._seen: dict[tuple[str, str, int], tuple[float, int]] = {}
 
     def admit(self, s: Session, *, tenant_id: str, lane: str, pipeline: str) -> None:
         """Raise TooManyRequests if the tenant or the pipeline's queue is full. Only
@@ -64,26 +66,30 @@ class Quotas:
                   Job.status == JobStatus.QUEUED.value) >= cap:
             raise _queue_full(pipeline)
 
-    def admit_many(self, s: Session, news: Sequence[NewJob]) -> list[TooManyRequests | None]:
-        """``admit`` for a group of submits, with every tenant's and pipeline's count in
-        one statement: per job, None if admitted, else its refusal (the group's earlier
-        admissions count against the caps, as committed jobs would)."""
+    def admit_many(self, read: Callable[[Any, dict], Sequence[int]], news: Sequence[NewJob]
+                   ) -> list[TooManyRequests | None]:
+        """``admit`` for a group of submits, with the counts it needs in one statement
+        (``read(statement, params)`` runs it; none when every count is known): per job,
+        None if admitted, else its refusal (the group's earlier admissions count against
+        the caps, as committed jobs would)."""
         now = self._clock()
         wanted: dict[tuple, None] = {}
-        known: dict[tuple, int] = {}  # pipelines counted recently, far from their caps
+        known: dict[tuple, int] = {}  # counted recently, far from their caps
         for new in news:
             quota = self._by_lane[new.lane]
-            wanted.setdefault(("tenant", new.tenant_id, quota.max_active_per_tenant))
-            key = ("pipeline", new.pipeline, quota.max_queued_per_pipeline)
-            seen = self._queued.get(key[1:])
-            if seen is not None and now - seen[0] < FRESH_S and seen[1] < key[2] // 2:
-                known[key] = seen[1]
-            else:
-                wanted.setdefault(key)
-        statement = _counts_statement(tuple((kind, cap) for kind, _, cap in wanted))
-        row = s.execute(statement, {f"n{i}": key[1] for i, key in enumerate(wanted)}).one()
-        counts = dict(zip(wanted, row, strict=True))
-        read_at = {key: now for key in counts if key[0] == "pipeline"}
+            for key in (("tenant", new.tenant_id, quota.max_active_per_tenant),
+                        ("pipeline", new.pipeline, quota.max_queued_per_pipeline)):
+                seen = self._seen.get(key)
+                if seen is not None and now - seen[0] < FRESH_S and seen[1] < key[2] // 2:
+                    known[key] = seen[1]
+                else:
+                    wanted.setdefault(key)
+        counts: dict[tuple, int] = {}
+        if wanted:
+            statement = _counts_statement(tuple((kind, cap) for kind, _, cap in wanted))
+            row = read(statement, {f"n{i}": key[1] for i, key in enumerate(wanted)})
+            counts = dict(zip(wanted, row, strict=True))
+        read_at = dict.fromkeys(counts, now)
         counts.update(known)
         out: list[TooManyRequests | None] = []
         for new in news:
@@ -98,9 +104,9 @@ class Quotas:
                 counts[tenant] += 1
                 counts[pipeline] += 1
                 out.append(None)
-        for key in (*known, *read_at):
-            at = read_at.get(key, self._queued.get(key[1:], (now,))[0])
-            self._queued[key[1:]] = (at, counts[key])
+        for key in counts:
+            at = read_at.get(key, self._seen.get(key, (now,))[0])
+            self._seen[key] = (at, counts[key])
         return out
 
 

@@ -67,6 +67,10 @@ def new_secret() -> str:
     return "whsec_" + base64.b64encode(secrets.token_bytes(32)).decode()
 
 
+def new_event_id() -> str:
+    return "evt_" + uuid.uuid4().hex
+
+
 def url_host(url: str) -> str:
     return urlsplit(url).netloc.rpartition("@")[2][:300]
 
@@ -140,7 +144,7 @@ def _stage(s: Session, tenant_id: str, subject_id: str, event_type: str,
     if not targets:
         return
     now = _now()
-    evt = WebhookEvent(id="evt_" + uuid.uuid4().hex, tenant_id=tenant_id, job_id=subject_id,
+    evt = WebhookEvent(id=new_event_id(), tenant_id=tenant_id, job_id=subject_id,
                        type=event_type, created_at=now)
     s.add(evt)
     s.flush()

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import threading
+import time
 import uuid
 
 import pytest
@@ -68,9 +69,9 @@ def submit_all(submitter: Submitter, svc, news: list[NewJob]) -> list:
 
 def test_concurrent_submits_share_transactions_and_round_trips(api, api_db, tenant):
     """Submits that arrive together share a transaction and a publish, and each caller is
-    answered only once its job is committed: while the group's COMMIT is held, no answer
-    leaves, and the job an answer names is visible from another connection the moment
-    the answer arrives."""
+    answered only once its job is committed: while the group's write (one statement on
+    its own, committed when it returns) is held, no answer leaves, and the job an answer
+    names is visible from another connection the moment the answer arrives."""
     broker = Recorder()
     svc = services(api, broker)
     groups: list[int] = []
@@ -85,9 +86,10 @@ def test_concurrent_submits_share_transactions_and_round_trips(api, api_db, tena
         groups.append(len(batch))
         return create_many(batch)
 
-    def hold_commit(_conn) -> None:  # every COMMIT of the app waits until the test says go
-        committing.set()
-        go.wait(DEADLINE_S)
+    def hold_write(_conn, _cursor, statement, *_) -> None:  # the group's insert waits,
+        if "INSERT INTO jobs" in statement:  # once done, until the test says go
+            committing.set()
+            go.wait(DEADLINE_S)
 
     async def answered(new):
         job = await submitter.submit(svc, new)
@@ -107,14 +109,14 @@ def test_concurrent_submits_share_transactions_and_round_trips(api, api_db, tena
 
     svc = dataclasses.replace(svc, jobs=_Counting(svc.jobs, counting))
     engine = api.app.state.engine
-    event.listen(engine, "commit", hold_commit)
+    event.listen(engine, "after_cursor_execute", hold_write)
     try:
         early, jobs = asyncio.run(run())
     finally:
         go.set()
-        event.remove(engine, "commit", hold_commit)
+        event.remove(engine, "after_cursor_execute", hold_write)
     submitter.flush()
-    assert committing.is_set() and early == 0  # no answer before its group's COMMIT
+    assert committing.is_set() and early == 0  # no answer before its group is written
     assert visible == [True] * 30  # each answer names a committed job
     assert [j.metadata["text"] for j in jobs] == [f"line {i}" for i in range(30)]
     assert sum(groups) == 30 and len(groups) < 30  # later submits joined a group
@@ -160,6 +162,45 @@ def test_a_publish_that_hangs_holds_no_caller(api, tenant):
     due = {m.job_id for m in OutboxRepository(make_sessionmaker(
         api.app.state.engine)).due(grace_s=0, limit=1000)}
     assert not {j.id for j in answers[0]} & due  # published, then marked
+
+
+def test_submits_one_after_another_are_marked_published_together(api, tenant,
+                                                                 monkeypatch):
+    """A trickle of submits (each its own group, each published at once) is marked
+    published in one UPDATE, MARK_DELAY_S after the first went out, not in a
+    transaction of its own per submit; shutting down marks what is pending."""
+    from api import submitter as module
+
+    marks: list[list[int]] = []
+    outbox = api.services.outbox
+    svc = dataclasses.replace(services(api, Recorder()), outbox=_Marks(outbox, marks))
+    submitter = Submitter()
+    [first] = submit_all(submitter, svc, [new_job(tenant, "alone")])
+    deadline = time.monotonic() + DEADLINE_S
+    while not marks and time.monotonic() < deadline:  # marked on its own, after the delay
+        time.sleep(0.05)
+    assert marks == [[m.id for m in outbox.for_job(first.id)]]
+    monkeypatch.setattr(module, "MARK_DELAY_S", DEADLINE_S)  # the rest: only at shutdown
+    jobs = [submit_all(submitter, svc, [new_job(tenant, f"t{i}")])[0] for i in range(4)]
+    submitter.flush()
+    assert len(marks) == 2, marks  # four publishes, one marking statement
+    assert sorted(marks[1]) == sorted(m.id for j in jobs for m in outbox.for_job(j.id))
+    due = {m.job_id for m in outbox.due(grace_s=0, limit=1000)}
+    assert not {j.id for j in [first, *jobs]} & due
+
+
+class _Marks:
+    """The outbox repository with each ``mark_published`` call recorded."""
+
+    def __init__(self, outbox: OutboxRepository, marks: list) -> None:
+        self._outbox, self._marks = outbox, marks
+
+    def mark_published(self, ids: list[int]) -> None:
+        self._marks.append(list(ids))
+        self._outbox.mark_published(ids)
+
+    def __getattr__(self, name: str):
+        return getattr(self._outbox, name)
 
 
 class _Counting:

@@ -1,6 +1,7 @@
-"""The submit's pipeline-queue count: read once per ``FRESH_S`` while the queue is far
-from its cap (this process's admissions added in between), on every group from half the
-cap on, so the cap holds exactly where it matters.
+"""The submit's counts (a tenant's active jobs, a pipeline's queue): read once per
+``FRESH_S`` while far from the cap (this process's admissions added in between), on
+every group from half the cap on, so the cap holds exactly where it matters; a group far
+from every cap reads nothing before its insert.
 
 The clock is the test's own: nothing here waits or times anything.
 """
@@ -27,19 +28,20 @@ class Clock:
         return self.now
 
 
-def setup(url: str, cap: int, pipeline: str | None = None):
+def setup(url: str, cap: int, pipeline: str | None = None, tenant_cap: int = 1000):
     engine = make_engine(url)
     sessions = make_sessionmaker(engine)
     tenant, _ = KeyRepository(sessions).create_key("quota-" + uuid.uuid4().hex)
     clock = Clock()
-    jobs = JobRepository(sessions, Quotas({INTERACTIVE: Quota(1000, cap)}, clock=clock))
+    jobs = JobRepository(sessions, Quotas({INTERACTIVE: Quota(tenant_cap, cap)}, clock=clock))
     pipeline = pipeline or "p-" + uuid.uuid4().hex[:8]
-    counted: list[int] = []  # per group: how many pipeline counts its statement made
+    counted: list[tuple[int, int]] = []  # per count statement: (pipeline, tenant) counts
 
     @event.listens_for(engine, "before_cursor_execute")
     def capture(conn, cursor, statement, parameters, context, executemany):
         if "count(*)" in statement and "LIMIT" in statement:
-            counted.append(statement.count("jobs.pipeline ="))
+            counted.append((statement.count("jobs.pipeline ="),
+                            statement.count("jobs.tenant_id =")))
 
     def submit() -> object:
         new = NewJob(tenant_id=tenant, kind=JobKind.SPEECH, model="m", pipeline=pipeline,
@@ -53,19 +55,28 @@ def test_far_from_the_cap_the_count_is_read_once_per_period(db_url):
     submit, clock, counted, _ = setup(db_url, cap=100)
     for _ in range(3):
         assert not isinstance(submit(), TooManyRequests)
-    assert counted == [1, 0, 0]  # counted by the first group, then this process's sum
+    assert counted == [(1, 1)]  # counted by the first group, then this process's sums
     clock.now += FRESH_S
     submit()
-    assert counted == [1, 0, 0, 1]  # the period is over: counted again
+    assert counted == [(1, 1), (1, 1)]  # the period is over: counted again
 
 
 def test_from_half_the_cap_every_group_counts_and_the_cap_holds(db_url):
     submit, clock, counted, _ = setup(db_url, cap=6)
     results = [submit() for _ in range(8)]
     # below half (0, 1, 2 queued) the first count serves; from 3 of 6 on, every group
-    assert counted == [1, 0, 0, 1, 1, 1, 1, 1]
+    # counts the queue (the tenant, far from its cap, is still this process's sum)
+    assert counted == [(1, 1)] + [(1, 0)] * 5
     assert [isinstance(r, TooManyRequests) for r in results] == [False] * 6 + [True] * 2
     assert results[-1].code == "queue_full"
+
+
+def test_a_tenant_near_its_cap_is_counted_on_every_group(db_url):
+    submit, clock, counted, _ = setup(db_url, cap=1000, tenant_cap=4)
+    results = [submit() for _ in range(6)]
+    assert counted == [(1, 1)] + [(0, 1)] * 4  # from 2 of 4 active on, every group
+    assert [isinstance(r, TooManyRequests) for r in results] == [False] * 4 + [True] * 2
+    assert results[-1].code == "too_many_active_jobs"
 
 
 def test_another_process_s_jobs_count_from_the_next_period(db_url):
@@ -79,4 +90,4 @@ def test_another_process_s_jobs_count_from_the_next_period(db_url):
     assert not isinstance(submit(), TooManyRequests)  # within the period: not yet seen
     clock.now += FRESH_S
     assert isinstance(submit(), TooManyRequests)
-    assert counted[-1] == 1
+    assert counted[-1] == (1, 1)

@@ -79,16 +79,39 @@ def test_bookkeeping_failure_on_the_finalize_thread_is_caught(rt, app, tenant,  
     assert any("bookkeeping failed" in r.getMessage() for r in caplog.records)
 
 
-def test_job_cancelled_during_generation_uploads_nothing(rt, app, tenant,  # noqa: F811
-                                                         monkeypatch):
-    """The upload guard heartbeats synchronously: the periodic heartbeat (every 2 s)
-    would not have noticed a cancel made a moment before finalize."""
+def test_job_cancelled_during_generation_leaves_nothing(rt, app, tenant,  # noqa: F811
+                                                       monkeypatch):
+    """A cancel a moment before finalize (which the periodic heartbeat has not seen):
+    the job ends cancelled, and whatever was uploaded meanwhile is deleted once the
+    completing compare-and-set fails."""
     job = submit(rt, tenant, "test-snapshots")
     monkeypatch.setattr(fake_pipelines, "AFTER_GENERATE",
                         lambda: rt.jobs.cancel(job.id, tenant))
-    assert outcome(run_job(rt, app, job.id)) == "cancelled"
-    assert not list(rt.settings.objects_dir.rglob(f"*{job.id}*"))
+    assert outcome(run_job(rt, app, job.id)) == "lost"  # finalized, then not ours
+    assert not list(rt.settings.objects_dir.rglob(f"*{job.id}*/*"))
     assert rt.jobs.get(job.id).status is JobStatus.CANCELLED
+
+
+def test_the_upload_guard_renews_only_a_lease_not_confirmed_lately(rt, tenant):  # noqa: F811
+    """Before an upload, a heartbeat confirmed within the last beat interval stands
+    (no round trip); an older one is renewed at once, and a cancel it finds stops the
+    upload."""
+    from tasks.lease import Lease
+
+    class Counted:  # the jobs repository, counting heartbeats
+        beats = 0
+
+        def heartbeat(self, *args, **kwargs) -> bool:
+            Counted.beats += 1
+            return rt.jobs.heartbeat(*args, **kwargs)
+
+    job = submit(rt, tenant, "piper-joe")
+    claimed = rt.jobs.claim(job.id, "w", 60)
+    lease = Lease(Counted(), job.id, claimed.attempts, lease_s=3)  # beats every second
+    rt.jobs.cancel(job.id, tenant)
+    assert lease.lost_unless_recent() is False and Counted.beats == 0  # the claim's
+    time.sleep(lease.interval_s)
+    assert lease.lost_unless_recent() is True and Counted.beats == 1  # renewed: cancelled
 
 
 def test_requeue_resets_progress(rt, tenant):  # noqa: F811
