@@ -18,11 +18,12 @@ client can see (queued, each attempt's progress, the end).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import math
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 
 from fastapi.concurrency import run_in_threadpool
@@ -164,23 +165,58 @@ class Watch:
         return await self.sub.wait(remaining_s)
 
 
+@contextlib.asynccontextmanager
+async def watching(svc: Services, job_id: str, timeout_s: float
+                   ) -> AsyncIterator[Callable[[JobRecord], Awaitable[JobRecord | Result]]]:
+    """A synchronous wait on a job that does not exist yet (its id chosen by the route):
+    subscribed, and asking for the result to be handed over (in the background), before
+    the job is committed, so no notice of it can come too early to be heard. Yields
+    ``until_done(job)``: the job once it ends or the timeout passes, pushed by notices (no
+    poll loop), or its result when the worker handed it over with the completion
+    (storage/bus.py): the bytes it stored for the job it recorded completed, so nothing
+    is read. A job that turns out to be another one (an idempotent replay) is waited on
+    as ``wait_for`` does."""
+    live = svc.live
+    deadline = time.monotonic() + timeout_s
+    with live.watcher.subscribe(job_id) as sub, LIVE_ACTIVE.labels("wait").track_inprogress():
+        asked = asyncio.ensure_future(run_in_threadpool(live.bus.expect_result, job_id,
+                                                        timeout_s))
+        asked.add_done_callback(_handoff_asked)
+
+        async def until_done(job: JobRecord) -> JobRecord | Result:
+            if job.id != job_id:
+                return await wait_for(svc, job, deadline - time.monotonic())
+            return await _until_done(Watch(svc, job, sub), deadline)
+        yield until_done
+
+
+def _handoff_asked(task: asyncio.Task) -> None:
+    """Without the handed result the wait reads the record and the store: log, go on."""
+    if not task.cancelled() and task.exception() is not None:
+        log.warning("waiting request: result handoff not arranged (%s)",
+                    type(task.exception()).__name__)
+
+
 async def wait_for(svc: Services, job: JobRecord, timeout_s: float) -> JobRecord | Result:
-    """The job once it ends or the timeout passes, pushed by notices (no poll loop); or
-    its result, when the worker handed it over with the completion (storage/bus.py):
-    the bytes it stored for the job it recorded completed, so no read is needed.
-    ``job`` is as the submit just committed (or read) it, so it is not read again before
-    the wait; a change in the moment between is met by the resync."""
+    """``watching``'s wait for a job that existed before the wait began: subscribed
+    first, then read once (it may have changed before)."""
     live = svc.live
     deadline = time.monotonic() + timeout_s
     with live.watcher.subscribe(job.id) as sub, LIVE_ACTIVE.labels("wait").track_inprogress():
         await run_in_threadpool(live.bus.expect_result, job.id, timeout_s)
         watch = Watch(svc, job, sub)
-        while not job.status.terminal and (left := deadline - time.monotonic()) > 0:
-            if await watch.next(left):
-                if sub.result is not None:  # sent only once the job is recorded completed
-                    return sub.result
-                if sub.changed:  # not just claimed or progressing: it may have ended
-                    job = await watch.reload()
+        await watch.reload()
+        return await _until_done(watch, deadline)
+
+
+async def _until_done(watch: Watch, deadline: float) -> JobRecord | Result:
+    job, sub = watch.job, watch.sub
+    while not job.status.terminal and (left := deadline - time.monotonic()) > 0:
+        if await watch.next(left):
+            if sub.result is not None:  # sent only once the job is recorded completed
+                return sub.result
+            if sub.changed:  # not just claimed or progressing: it may have ended
+                job = await watch.reload()
     return job
 
 

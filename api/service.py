@@ -29,7 +29,7 @@ _WAIT = re.compile(r"(?:^|[,;\s])wait\s*=\s*(\d+(?:\.\d+)?)", re.I)
 def submit(svc: Services, *, tenant: str, spec: PipelineSpec, model: str, request: dict,
            metadata: dict | None, idempotency_key: str | None,
            webhook: JobWebhookRequest | None = None,
-           deadline: Deadlines | None = None) -> JobRecord:
+           deadline: Deadlines | None = None, job_id: str | None = None) -> JobRecord:
     """Admit, insert the job with its outbox message, then publish: in the background
     where the app has a submitter, so a frozen broker holds no answer."""
     if idempotency_key is not None and (not 1 <= len(idempotency_key) <= 255
@@ -40,7 +40,7 @@ def submit(svc: Services, *, tenant: str, spec: PipelineSpec, model: str, reques
     new = NewJob(tenant_id=tenant, kind=spec.kind, model=model, pipeline=spec.name,
                  queue=spec.queue, request=request, metadata=metadata,
                  max_attempts=svc.settings.max_attempts, idempotency_key=idempotency_key,
-                 webhook=webhook, **deadline_fields(deadline))
+                 webhook=webhook, id=job_id, **deadline_fields(deadline))
     job, msg = svc.jobs.create(new)  # a database outage is a 503 (api/errors.py)
     if msg is None and (job.kind, job.pipeline, job.model, job.request, job.metadata) != (
             spec.kind, spec.name, model, request, metadata):

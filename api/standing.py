@@ -2,9 +2,12 @@
 stream's ``queue`` events).
 
 A lane's picture (``StandingRepository.lane``: a few grouped reads) is kept for
-``TTL_S`` per API process and shared by every job waiting in that lane, so a job costs
-one index count of its own; the live workers come from the registry view (api/fleet.py),
-read directly the first time.
+``TTL_S`` per API process and shared by every job waiting in that lane, and so are the
+ranks of the jobs asked about lately: one query numbers them all (``ranks``), read
+again at most every ``TTL_S``, so a thousand queued streams reading their place every
+couple of seconds cost the database one query a lane, not a thousand counts. A job the
+board does not hold yet costs one index count of its own, once. The live workers come
+from the registry view (api/fleet.py), read directly the first time.
 """
 
 from __future__ import annotations
@@ -29,13 +32,18 @@ class Standings:
         self.repo, self.fleet, self._ttl_s = repo, fleet, ttl_s
         self._lock = threading.Lock()
         self._lanes: dict[tuple[str, str], tuple[float, LanePicture]] = {}
+        self._boards: dict[tuple[str, str], _Board] = {}
 
     def of(self, job: JobRecord) -> QueueStanding | None:
         """None unless the job is queued."""
         if job.status is not JobStatus.QUEUED:
             return None
-        lane = self._lane(job.pipeline, lane_of(job.batch_id))
-        return eta.standing(lane, job, self.repo.rank(job), self._workers(job.pipeline))
+        key = (job.pipeline, lane_of(job.batch_id))
+        lane = self._lane(*key)
+        with self._lock:
+            board = self._boards.setdefault(key, _Board())
+        return eta.standing(lane, job, board.rank(self.repo, key, job, self._ttl_s),
+                            self._workers(job.pipeline))
 
     def _workers(self, pipeline: str) -> int | None:
         if self.fleet is None:
@@ -58,3 +66,29 @@ class Standings:
         with self._lock:
             self._lanes[key] = (now, picture)
         return picture
+
+
+class _Board:
+    """One lane's ranks of the jobs asked about lately (within two ``ttl_s``), read for
+    all of them at once when the last reading is older than ``ttl_s``; one reader at a
+    time, the others take what it read."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._asked: dict[str, tuple[float, JobRecord]] = {}
+        self._read_at = float("-inf")
+        self._ranks: dict[str, int] = {}
+
+    def rank(self, repo: StandingRepository, key: tuple[str, str], job: JobRecord,
+             ttl_s: float) -> int:
+        with self._lock:
+            now = time.monotonic()
+            known = job.id in self._asked
+            self._asked[job.id] = (now, job)
+            if now - self._read_at >= ttl_s:
+                self._asked = {i: a for i, a in self._asked.items() if now - a[0] < 2 * ttl_s}
+                self._ranks = repo.ranks(*key, [j for _, j in self._asked.values()])
+                self._read_at, known = now, True
+            if known and job.id in self._ranks:
+                return self._ranks[job.id]
+        return repo.rank(job)  # new here (or not ready): its own count, this once

@@ -176,20 +176,21 @@ def publish_now(svc, msgs: list[OutboxRecord]) -> None:
 async def submit_job(svc, *, tenant: str, spec: PipelineSpec, model: str, request: dict,
                      metadata: dict | None, idempotency_key: str | None,
                      webhook: JobWebhookRequest | None = None,
-                     deadline: Deadlines | None = None) -> JobRecord:
+                     deadline: Deadlines | None = None, job_id: str | None = None
+                     ) -> JobRecord:
     """``service.submit`` from the event loop: through the group commit unless the submit
     carries an idempotency key or deadlines (or the app has no submitter)."""
     if idempotency_key is not None or deadline is not None or svc.submitter is None:
         return await run_in_threadpool(
             submit, svc, tenant=tenant, spec=spec, model=model, request=request,
             metadata=metadata, idempotency_key=idempotency_key, webhook=webhook,
-            deadline=deadline)
+            deadline=deadline, job_id=job_id)
     if getattr(svc.limiter, "blocking", True):
         await run_in_threadpool(throttle, svc, tenant)
     else:
         throttle(svc, tenant)
     new = NewJob(tenant_id=tenant, kind=spec.kind, model=model, pipeline=spec.name,
                  queue=spec.queue, request=request, metadata=metadata,
-                 max_attempts=svc.settings.max_attempts, webhook=webhook)
+                 max_attempts=svc.settings.max_attempts, webhook=webhook, id=job_id)
     return await svc.submitter.submit(svc, new)
 

@@ -68,10 +68,12 @@ def prepare(url: str, scale: float | None) -> dict:
                            (tenant,)).fetchone()[0]
         claimable = [r[0] for r in conn.execute(
             "SELECT id FROM jobs WHERE metadata->>'set' = 'wq' ORDER BY id")]
+        tokens = [r[0] for r in conn.execute(
+            "SELECT dispatch_token FROM jobs WHERE metadata->>'set' = 'wf' ORDER BY id")]
         size = conn.execute("SELECT pg_size_pretty(pg_database_size(current_database()))"
                             ).fetchone()[0]
     return {"tenant": tenant, "key": key, "loaded_at": loaded_at, "cursor_page_100": cursor,
-            "job_id": one, "claimable": claimable, "size": size,
+            "job_id": one, "claimable": claimable, "tokens": tokens, "size": size,
             "load_s": round(time.monotonic() - t0, 1)}
 
 
@@ -126,7 +128,8 @@ def run_phase(tree: svc.Tree, urls: dict[str, str], infos: dict[str, dict], clai
             for proc, _ in procs:
                 proc.stop()
     setup = {name: {"url": url, "info": {**infos[name],
-                                         "claimable": infos[name]["claimable"][claims]}}
+                                         "claimable": infos[name]["claimable"][claims],
+                                         "tokens": infos[name]["tokens"][claims]}}
              for name, url in urls.items()}
     env = {**os.environ, "PYTHONPATH": str(tree.path)}
     out = subprocess.run([sys.executable, "-P", str(ROOT / "bench" / "costflat_probe.py"),

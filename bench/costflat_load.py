@@ -102,6 +102,10 @@ def working_set(bench_tenant: str) -> list[str]:
                   "NULL"),
         # queued jobs the claims take, their messages out (and in the broker)
         _jobs("wq", str(CLAIMABLE), other, "now() - interval '2 minutes'", "'queued'"),
+        # queued in a lane of their own, their messages out: the fair claims' (they take
+        # whichever job of the lane is fairest, so no other figure's rows are near)
+        _jobs("wf", str(CLAIMABLE), other, "now() - interval '2 minutes'", "'queued'",
+              pipeline="'audex-tts'"),
         # queued for two hours with a message sent then: the stale-queued sweep's finds
         _jobs("ws", str(FEW), other, "now() - interval '2 hours'", "'queued'"),
         # running, their worker gone: the lease reaper's

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import inspect
 import json
 import time
 import uuid
@@ -34,6 +35,7 @@ class Side:
         self.workers = WorkerRepository(self.sessions)
         self.info = info
         self.claimable = list(info["claimable"])
+        self.tokens = list(info["tokens"])  # of the jobs the fair claims wake their lane by
 
     def figures(self) -> dict:
         tenant, cursor = self.info["tenant"], self.info["cursor_page_100"]
@@ -47,6 +49,8 @@ class Side:
             # a day's lease: the claimed jobs never become the reaper's
             "claim": lambda: self.jobs.claim(self.claimable.pop(), "bench-" + uuid.uuid4().hex,
                                              86400.0),
+            # (a tree from before the fair share has no such claim)
+            **({"fair_claim": self._fair_claim} if hasattr(self.jobs, "claim_next") else {}),
             "lease_reaper": lambda: self.jobs.expired_leases(),
             "retention_outputs_to_expire": lambda: self.jobs.outputs_to_expire(),
             "retention_finished_before": lambda: self.jobs.finished_before(30 * 86400.0),
@@ -58,10 +62,25 @@ class Side:
                 list(self.queues.signals(PIPELINES, 60.0).running)),
         }
 
+    def _fair_claim(self) -> None:
+        """What a render message does (``claim_next``): its token wakes the lane of the
+        job holding it, and the fairest ready job there is claimed. A claim that takes
+        another job hands the holder that job's token, which the next claim uses."""
+        token = self.tokens.pop()
+        job = self.jobs.claim_next(token, "bench-" + uuid.uuid4().hex, 86400.0)
+        if job is not None and job.dispatch_token != token:
+            self.tokens.append(job.dispatch_token)
+
     def _quota(self, new: NewJob) -> None:
         """The submit's counts as a group that has to read them (new quotas: nothing
-        remembered from the last call)."""
+        remembered from the last call), for the trees before and after they were read
+        outside the insert's transaction."""
         quotas = Quotas({"interactive": Quota(1000, 10_000)})
+        if "read" not in inspect.signature(Quotas.admit_many).parameters:
+            with self.sessions() as s:  # in a transaction rolled back
+                quotas.admit_many(s, [new])
+                s.rollback()
+            return
         engine = self.sessions.kw["bind"]
 
         def read(statement, params):
@@ -92,7 +111,7 @@ def main() -> None:
     out: dict[str, dict[str, list[float]]] = {}
     gc.disable()  # the collector's pauses are the process's, not the database's
     for figure in wanted:
-        n = args.claims if figure == "claim" else args.samples
+        n = args.claims if figure in ("claim", "fair_claim") else args.samples
         for name in sides:  # warm-up: plans cached, pages in memory
             for _ in range(min(3, n)):
                 figures[name][figure]()

@@ -108,6 +108,9 @@ class NewJob:
     lane: str = "interactive"  # which quotas admit it (storage.repositories.quotas)
     start_by: datetime | None = None
     max_run_s: float | None = None
+    # Chosen by a caller that must know the id before the job exists (a synchronous wait
+    # subscribes to its notices first); else minted at insert (``new_job_id``).
+    id: str | None = None
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,10 @@ log = logging.getLogger(__name__)
 
 RETRY_S = 0.5  # between the upload guard's heartbeat tries
 MIN_ANSWER_S = 0.2  # the least a heartbeat waits for the database's answer
+# New progress is recorded (and announced) within this long, not only at the next beat:
+# a job shorter than the beat interval still shows how it goes, and a watcher hears of
+# it while it runs. One UPDATE per running job at most this often.
+PROGRESS_EVERY_S = 0.5
 
 
 class InFlight:
@@ -83,12 +87,17 @@ class Lease:
         self._confirmed_at = self._started  # the claim gave us the lease
         self.lost = threading.Event()
         self._stop = threading.Event()
+        self._nudge = threading.Event()  # beat now, not at the next tick
         self._progress: int | None = None
         self._sent: int | None = None
+        self._progress_at = self._started  # when progress was last recorded
         self._thread = threading.Thread(target=self._run, name=f"lease-{job_id}", daemon=True)
 
     def report_progress(self, fraction: float) -> None:
         self._progress = int(max(0.0, min(1.0, fraction)) * 99)
+        if (self._progress != self._sent
+                and time.monotonic() - self._progress_at >= PROGRESS_EVERY_S):
+            self._nudge.set()  # the lease's thread records it now
 
     def is_cancelled(self) -> bool:
         return self.lost.is_set()
@@ -149,7 +158,8 @@ class Lease:
                             self.job_id, self.lease_s, extra={"job_id": self.job_id})
                 self.lost.set()
             return False
-        self._sent = progress if progress is not None else self._sent
+        if progress is not None:
+            self._sent, self._progress_at = progress, time.monotonic()
         if not alive:
             self.lost.set()
             return False
@@ -164,7 +174,11 @@ class Lease:
         return min(self.lease_s / 3, 2.0)
 
     def _run(self) -> None:
-        while not self._stop.wait(self.interval_s):
+        while True:
+            self._nudge.wait(self.interval_s)
+            self._nudge.clear()
+            if self._stop.is_set():
+                return
             if self.overdue():
                 self.lost.set()
                 if not self._stop.is_set():
@@ -180,6 +194,7 @@ class Lease:
 
     def stop(self) -> None:
         self._stop.set()
+        self._nudge.set()
         if self._thread.is_alive() and self._thread is not threading.current_thread():
             self._thread.join()
         if self._in_flight is not None:
@@ -190,6 +205,7 @@ class Lease:
         and finalize see the job as no longer theirs at their next check."""
         self.handed_back = True
         self._stop.set()
+        self._nudge.set()
         self.lost.set()
 
     def __enter__(self) -> Lease:

@@ -8,7 +8,9 @@ interrupts answers 202 with the job, and a result that cannot be read is an erro
 
 from __future__ import annotations
 
+import contextlib
 import logging
+from collections.abc import Awaitable, Callable
 
 from fastapi import APIRouter, Depends, Header
 from fastapi.concurrency import run_in_threadpool
@@ -27,12 +29,13 @@ from core.settings import Settings
 from pipelines import PipelineSpec, SpeechRequest, resolve_model
 from storage.bus import Result
 from storage.records import JobRecord
+from storage.repositories.submits import new_job_id
 
 from ..deadlines import NAMES as DEADLINES
 from ..deadlines import deadlines
 from ..deps import Services, services, tenant_id
 from ..guard import GuardedRoute
-from ..live import Slot, wait_for
+from ..live import Slot, watching
 from ..schemas import SpeechCreate
 from ..service import deadline_ended, job_public, parse_prefer
 from ..speech_stream import check_streamable, stream_speech
@@ -103,23 +106,27 @@ async def create_speech(body: SpeechCreate, svc: Services = Depends(services),
     # A stream or a wait holds one of the tenant's slots: a 429 before anything is stored.
     slot = svc.live.slot(tenant) if body.stream_format is not None or wait is not None else None
     hook = (body.webhook_url, body.webhook_events, JobKind.SPEECH)
-    try:
-        webhook = (job_webhook(svc, *hook) if body.webhook_url is None  # no DNS: no hop
-                   else await run_in_threadpool(job_webhook, svc, *hook))
-        job = await submit_job(svc, tenant=tenant, spec=spec, model=body.model,
-                               request=fields, metadata=body.metadata,
-                               idempotency_key=idempotency_key, webhook=webhook,
-                               deadline=deadline)
-    except BaseException:
-        if slot is not None:
-            slot.release()
-        raise
-    if body.stream_format is not None:
-        return await streamed(svc, body, job, slot)
-    if slot is None:
-        return accepted(svc, job, "respond-async")
-    with slot:
-        return await waited(svc, job, wait, f"wait={int(wait)}" if prefer else None)
+    job_id = new_job_id(JobKind.SPEECH)
+    async with contextlib.AsyncExitStack() as stack:
+        waiting = (await stack.enter_async_context(watching(svc, job_id, wait))
+                   if wait is not None and body.stream_format is None else None)
+        try:
+            webhook = (job_webhook(svc, *hook) if body.webhook_url is None  # no DNS: no hop
+                       else await run_in_threadpool(job_webhook, svc, *hook))
+            job = await submit_job(svc, tenant=tenant, spec=spec, model=body.model,
+                                   request=fields, metadata=body.metadata,
+                                   idempotency_key=idempotency_key, webhook=webhook,
+                                   deadline=deadline, job_id=job_id)
+        except BaseException:
+            if slot is not None:
+                slot.release()
+            raise
+        if body.stream_format is not None:
+            return await streamed(svc, body, job, slot)
+        if waiting is None:
+            return accepted(svc, job, "respond-async")
+        with slot:
+            return await waited(svc, job, waiting, f"wait={int(wait)}" if prefer else None)
 
 
 async def streamed(svc: Services, body: SpeechCreate, job: JobRecord, slot: Slot
@@ -136,10 +143,11 @@ async def streamed(svc: Services, body: SpeechCreate, job: JobRecord, slot: Slot
     return accepted(svc, answer, None) if isinstance(answer, JobRecord) else answer
 
 
-async def waited(svc: Services, job: JobRecord, wait: float, applied: str | None
-                 ) -> Response:
+async def waited(svc: Services, job: JobRecord,
+                 until_done: Callable[[JobRecord], Awaitable[JobRecord | Result]],
+                 applied: str | None) -> Response:
     try:
-        ended = await wait_for(svc, job, wait)
+        ended = await until_done(job)
     except Exception:  # the job exists: never answer in a way that invites a resubmit
         log.warning("waiting for job %s failed; answering 202", job.id, exc_info=True,
                     extra={"job_id": job.id})

@@ -34,9 +34,10 @@ from ..records import (
 )
 from .bulk import insert_rows
 from .files import add_file
-from .jobs import ID_PREFIX, cancel_batch_jobs
 from .jobs import _record as job_record
+from .jobs import cancel_batch_jobs
 from .scope import tenant_is
+from .submits import ID_PREFIX
 from .usage import batch_sums
 from .webhooks import stage_batch_event
 

@@ -7,7 +7,6 @@ loses the race and changes nothing.
 
 from __future__ import annotations
 
-import uuid
 from dataclasses import asdict
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -36,7 +35,7 @@ from . import usage as metering
 from .outbox import _record as outbox_record
 from .outbox import add_render, new_token
 from .quotas import Quotas
-from .submits import ID_PREFIX, Submitted, insert_many
+from .submits import Submitted, insert_many, new_job_id
 from .webhooks import new_event_id, stage_job_event, subscribe_job, withdraw_event
 
 
@@ -177,7 +176,7 @@ class JobRepository:
         and no message (nothing new to publish), even when the quotas are full.
         """
         now = _now()
-        job = Job(id=ID_PREFIX[new.kind] + uuid.uuid4().hex, tenant_id=new.tenant_id,
+        job = Job(id=new.id or new_job_id(new.kind), tenant_id=new.tenant_id,
                   kind=new.kind.value, model=new.model, pipeline=new.pipeline,
                   status=JobStatus.QUEUED.value, progress=0, request=new.request,
                   metadata_=new.metadata, idempotency_key=new.idempotency_key, attempts=0,

@@ -33,6 +33,11 @@ from .outbox import new_token
 from .quotas import Quotas
 
 ID_PREFIX = {JobKind.SPEECH: "job_", JobKind.VIDEO: "video_"}
+
+
+def new_job_id(kind: JobKind) -> str:
+    return ID_PREFIX[kind] + uuid.uuid4().hex
+
 JOBS, OUTBOX = Job.__table__, OutboxMessage.__table__
 Submitted = tuple[JobRecord, OutboxRecord] | OmniJobsError | IntegrityError
 # What one bad row raises for the whole statement (a NUL in a text column, a value too
@@ -164,7 +169,7 @@ def _insert_pg(engine: Engine, jobs: list[dict], hooks: list[dict], messages: li
 
 
 def _job_row(new: NewJob, now: datetime) -> dict:
-    return {"id": ID_PREFIX[new.kind] + uuid.uuid4().hex, "tenant_id": new.tenant_id,
+    return {"id": new.id or new_job_id(new.kind), "tenant_id": new.tenant_id,
             "kind": new.kind.value, "model": new.model, "pipeline": new.pipeline,
             "status": JobStatus.QUEUED.value, "progress": 0, "request": new.request,
             "metadata": new.metadata, "idempotency_key": None, "attempts": 0,

@@ -114,6 +114,33 @@ def test_the_upload_guard_renews_only_a_lease_not_confirmed_lately(rt, tenant): 
     assert lease.lost_unless_recent() is True and Counted.beats == 1  # renewed: cancelled
 
 
+def test_progress_is_recorded_within_half_a_second_not_at_the_next_beat(rt, tenant):  # noqa: F811
+    """A job shorter than the beat interval (2 s here) still records its progress, and
+    its watchers hear of it, while it runs: at most every PROGRESS_EVERY_S."""
+    from tasks import lease as module
+    from tasks.lease import Lease
+
+    sent, heard = [], threading.Event()
+
+    class Recorded:  # the jobs repository, recording each heartbeat's progress
+        def heartbeat(self, job_id, attempt, lease_s, progress=None) -> bool:
+            sent.append(progress)
+            return rt.jobs.heartbeat(job_id, attempt, lease_s, progress)
+
+    job = submit(rt, tenant, "piper-joe")
+    claimed = rt.jobs.claim(job.id, "w", 60)
+    lease = Lease(Recorded(), job.id, claimed.attempts, lease_s=60,
+                  on_progress=heard.set).start()
+    try:
+        lease.report_progress(0.2)  # within PROGRESS_EVERY_S of the claim: kept for later
+        time.sleep(module.PROGRESS_EVERY_S)
+        lease.report_progress(0.5)
+        assert heard.wait(5) and sent == [49]  # long before the 2 s beat
+    finally:
+        lease.stop()
+    assert rt.jobs.get(job.id).progress == 49
+
+
 def test_requeue_resets_progress(rt, tenant):  # noqa: F811
     job = submit(rt, tenant, "piper-joe")
     claimed = rt.jobs.claim(job.id, "w", 60)
