@@ -79,10 +79,13 @@ class SpeechStream:
     async def pieces(self, watch: Watch) -> AsyncIterator[bytes]:
         """Encoded bytes until the job ends; raises StreamBroken if it cannot finish."""
         deadline = time.monotonic() + self.svc.settings.event_stream_max_s
+        first = True
         while True:
-            # A notice that brought audio needs no database read; one that did not may be
-            # the end. State first, then chunks: those read after it are complete.
-            if not await self._send(watch.job.id):
+            # Notices of audio, claim and progress say the job runs on: no database read.
+            # Any other may be the end. State first, then chunks: those read after it
+            # are complete.
+            await self._send(watch.job.id)
+            if first or watch.sub.changed:
                 job = await watch.reload()
                 await self._send(job.id)
                 if job.status.terminal:
@@ -91,6 +94,7 @@ class SpeechStream:
                     async for data in self._finish(job):
                         yield data
                     return
+            first = False
             while self._ready:
                 yield self._ready.pop(0)
             left = deadline - time.monotonic()

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from . import batch_figure, submit, sync_speech, worker_overhead
 from .counters import SETTLE_S
-from .load import LoadResult, seconds
+from .load import LoadResult, median_of, seconds
 from .report import Figure, write
 from .services import (
     ROOT,
@@ -103,24 +103,33 @@ class Bare:
 
 
 def measure_submit(sides: list[Side], bare: Bare, args: argparse.Namespace) -> LoadResult:
-    """Every side at N connections with the bare endpoint right after the first, then
+    """``--submit-rounds`` rounds of every side at N connections and the bare endpoint,
+    the bare one last in even rounds and first in odd ones (the machine's drift falls on
+    both), each figure the medians of its rounds; the counters from the first round. Then
     every side at one connection."""
-    baseline = None
-    results = {}
-    for side in sides:
-        results[id(side)] = submit.load(side.base_url, side.key, connections=args.connections,
-                                        duration=args.duration, database_url=side.database_url,
-                                        redis_url=side.redis_url, settle_s=args.settle,
-                                        pid=side.pid)
-        if baseline is None:
-            baseline = submit.load(bare.base_url, None, connections=args.connections,
-                                   duration=args.duration, database_url=bare.database_url,
-                                   redis_url=bare.redis_url, settle_s=args.settle,
-                                   pid=bare.pid)
+    runs: dict[int, list[LoadResult]] = {id(side): [] for side in sides}
+    bare_runs: list[LoadResult] = []
+    for r in range(args.submit_rounds):
+        counted = {"settle_s": args.settle} if r == 0 else {}
+        order = [*sides, None] if r % 2 == 0 else [None, *sides]
+        for side in order:
+            if side is None:
+                bare_runs.append(submit.load(
+                    bare.base_url, None, connections=args.connections,
+                    duration=args.duration, **(dict(database_url=bare.database_url,
+                                                    redis_url=bare.redis_url, pid=bare.pid,
+                                                    **counted) if counted else {})))
+                continue
+            runs[id(side)].append(submit.load(
+                side.base_url, side.key, connections=args.connections,
+                duration=args.duration, **(dict(database_url=side.database_url,
+                                                redis_url=side.redis_url, pid=side.pid,
+                                                **counted) if counted else {})))
+    baseline = median_of(bare_runs)
     for side in sides:
         single = submit.load(side.base_url, side.key, connections=1, duration=args.duration)
         side.figures[:0] = [submit.bare_figure(baseline),
-                            submit.submit_figure(results[id(side)], baseline),
+                            submit.submit_figure(median_of(runs[id(side)]), baseline),
                             submit.single_figure(single)]
     return baseline
 
@@ -211,6 +220,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                                      description=__doc__.splitlines()[0])
     parser.add_argument("--duration", default="20s", help="hey -z per load run (20s)")
     parser.add_argument("--connections", type=int, default=64, help="hey -c (64)")
+    parser.add_argument("--submit-rounds", type=int, default=3,
+                        help="alternating rounds of the submit loads (3; figures: medians)")
     parser.add_argument("--api-workers", default="",
                         help="also load `omnijobs api --workers N` for each N, e.g. 1,2")
     parser.add_argument("--sync-requests", type=int, default=20, help="20; 0: no figure")

@@ -46,6 +46,7 @@ class LoadResult:
     p99_ms: float
     statuses: dict[str, int] = field(default_factory=dict)
     counters: dict = field(default_factory=dict)
+    rounds: list[dict] = field(default_factory=list)  # each run, where several were taken
 
     def summary(self) -> str:
         text = (f"{self.accepted_per_s:,.0f} accepted/s, p50 {self.p50_ms:.1f} ms, "
@@ -58,6 +59,26 @@ class LoadResult:
 
     def as_dict(self) -> dict:
         return asdict(self)
+
+
+def median_of(runs: list[LoadResult]) -> LoadResult:
+    """Several runs of one load as one figure: the medians of their rates and
+    percentiles (each run kept in ``rounds``), the first run's counters."""
+    if len(runs) == 1:
+        return runs[0]
+    statuses: dict[str, int] = {}
+    for run in runs:
+        for code, n in run.statuses.items():
+            statuses[code] = statuses.get(code, 0) + n
+    return LoadResult(
+        connections=runs[0].connections, duration_s=sum(r.duration_s for r in runs),
+        accepted=sum(r.accepted for r in runs),
+        accepted_per_s=float(np.median([r.accepted_per_s for r in runs])),
+        p50_ms=float(np.median([r.p50_ms for r in runs])),
+        p99_ms=float(np.median([r.p99_ms for r in runs])), statuses=statuses,
+        counters=runs[0].counters,
+        rounds=[{"accepted_per_s": round(r.accepted_per_s, 1), "p50_ms": round(r.p50_ms, 1),
+                 "p99_ms": round(r.p99_ms, 1)} for r in runs])
 
 
 def parse_hey_csv(text: str, connections: int) -> LoadResult:

@@ -11,7 +11,7 @@ from .counters import SETTLE_S, Counters
 from .load import LoadResult, hey, warm_up
 from .report import Figure
 
-SUBMIT_TARGET = "≥ 0.75x bare accepted/s, p99 ≤ 2x bare p99"
+SUBMIT_TARGET = "≥ 1.0x bare accepted/s, p99 ≤ 1.5x bare p99"
 PATH = "/v1/audio/speech"
 
 
@@ -35,7 +35,7 @@ def _against(result: LoadResult, bare: LoadResult | None) -> tuple[str, bool | N
         return "-", None, {}
     throughput = result.accepted_per_s / bare.accepted_per_s
     p99 = result.p99_ms / bare.p99_ms
-    met = throughput >= 0.75 and p99 <= 2.0
+    met = throughput >= 1.0 and p99 <= 1.5
     return (f"{throughput:.2f}x (p99 {p99:.1f}x)", met,
             {"throughput_ratio": round(throughput, 3), "p99_ratio": round(p99, 3)})
 

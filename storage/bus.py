@@ -55,7 +55,7 @@ AUDIO = "omnijobs:audio:"
 LISTEN = "omnijobs:listen:"
 WAIT = "omnijobs:wait:"
 INBOX = "omnijobs:inbox:"
-RUNNING = b"running"  # a notice's body: the job runs on (else b"1": read it again)
+RUNNING = b"running"  # a notice's body: the job runs on (claim, progress, audio); else b"1"
 # A result handed to a waiting request with its completion is at most this large (a few
 # seconds of WAV); a larger one is read from the store. Every byte passes through Redis.
 HANDOFF_MAX_BYTES = 1 << 20
@@ -185,7 +185,7 @@ class RedisBus(Bus):
         pipe.xadd(AUDIO + job_id, {"a": attempt, "r": sample_rate, "c": data.shape[0],
                                    "d": data.tobytes()}, maxlen=AUDIO_MAXLEN, approximate=True)
         pipe.expire(AUDIO + job_id, AUDIO_TTL_S)
-        pipe.publish(NOTICE + job_id, b"1")
+        pipe.publish(NOTICE + job_id, RUNNING)
         with self._breaker:
             pipe.execute()
 

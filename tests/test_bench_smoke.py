@@ -37,6 +37,7 @@ def run(tmp_path_factory) -> tuple[dict, str]:
     out_dir = tmp_path_factory.mktemp("fastpaths")
     out = subprocess.run(
         [sys.executable, "-m", "bench.fastpaths", "--duration", "2s", "--connections", "4",
+         "--submit-rounds", "2",
          "--sync-requests", "3", "--worker-jobs", "3", "--api-workers", "1", "--settle", "0",
          "--batch-lines", "200",
          "--results-dir", str(out_dir)],
@@ -56,6 +57,7 @@ def test_submit_figures_against_the_bare_baseline(run):
         assert 0 < data["p50_ms"] <= data["p99_ms"], key
     submit = figures["submit"]
     assert submit["data"]["throughput_ratio"] > 0 and submit["data"]["p99_ratio"] > 0
+    assert len(submit["data"]["rounds"]) == len(figures["submit_bare"]["data"]["rounds"]) == 2
     assert submit["met"] in (True, False)
     for key in ("submit", "submit_bare"):
         counters = figures[key]["data"]["counters"]
