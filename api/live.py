@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 import math
@@ -250,14 +251,14 @@ def events_since(job: JobRecord, last: int, present: Callable[[JobRecord], BaseM
     """The events a client that saw ``last`` has not seen, for the job as it is now."""
     now = event_id(job)
     out: list[tuple[int, bytes]] = []
+    shown = functools.cache(lambda: present(job).model_dump_json())  # signed URLs once
     if now > last:
         same_attempt_running = (job.status is JobStatus.RUNNING and last % 1000 != 0
                                 and last // 1000 == job.attempts)
         kind = "progress" if same_attempt_running else "status"
-        out.append((now, sse(kind, present(job).model_dump_json(), now)))
+        out.append((now, sse(kind, shown(), now)))
     if job.status is JobStatus.COMPLETED and last < TERMINAL_ID + 1:
-        out.append((TERMINAL_ID + 1,
-                    sse("output", present(job).model_dump_json(), TERMINAL_ID + 1)))
+        out.append((TERMINAL_ID + 1, sse("output", shown(), TERMINAL_ID + 1)))
     return out
 
 
@@ -307,8 +308,8 @@ async def queue_event(svc: Services, job: JobRecord, shown: dict | None
     the last one shown; None otherwise, or when it cannot be read now."""
     if svc.standings is None:
         return None
-    try:
-        standing = await run_in_threadpool(svc.standings.of, job)
+    try:  # from what the process has read lately, or read now (in a thread)
+        standing = svc.standings.known(job) or await run_in_threadpool(svc.standings.of, job)
     except Exception:
         log.warning("queue position of %s unreadable", job.id, exc_info=True,
                     extra={"job_id": job.id})

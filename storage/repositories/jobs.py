@@ -13,7 +13,7 @@ from typing import Any
 
 from sqlalchemy import bindparam, delete, func, literal, or_, select, tuple_, update
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.orm import Session, joinedload, sessionmaker
 
 from core.errors import MESSAGE_LIMIT, InvalidRequest, TooManyRequests
 from core.jobs import TERMINAL, JobKind, JobStatus
@@ -165,6 +165,10 @@ class JobRepository:
         self._sessions = sessions
         self._engine = sessions.kw["bind"]
         self._dialect = self._engine.dialect.name  # PostgreSQL: the one-statement paths
+        # Reads that are one statement run on their own: no BEGIN before and no ROLLBACK
+        # after (two round trips of three), for the reads every watcher makes.
+        self._reads = sessionmaker(self._engine.execution_options(isolation_level="AUTOCOMMIT"),
+                                   expire_on_commit=False)
         self._quotas = quotas  # admission for submits (the API's); None: no limits
 
     # ---- submit and read -------------------------------------------------------------
@@ -205,17 +209,19 @@ class JobRepository:
         return insert_many(self._sessions, self._quotas, news)
 
     def get_by_idempotency_key(self, tenant_id: str, key: str) -> JobRecord | None:
-        with self._sessions() as s:
-            j = s.scalar(select(Job).where(Job.tenant_id == tenant_id,
+        return self._one(select(Job).where(Job.tenant_id == tenant_id,
                                            Job.idempotency_key == key))
-            return _record(j) if j else None
 
     def get(self, job_id: str, tenant_id: str | None = None) -> JobRecord | None:
-        with self._sessions() as s:
-            q = select(Job).where(Job.id == job_id)
-            if tenant_id is not None:
-                q = q.where(Job.tenant_id == tenant_id)
-            j = s.scalar(q)
+        q = select(Job).where(Job.id == job_id)
+        return self._one(q if tenant_id is None else q.where(Job.tenant_id == tenant_id))
+
+    def _one(self, q) -> JobRecord | None:
+        """One job with its outputs and usage record, in one statement (joined, not the
+        relationships' own ``selectin`` reads)."""
+        with self._reads() as s:
+            j = s.execute(q.options(joinedload(Job.outputs), joinedload(Job.usage))
+                          ).unique().scalar_one_or_none()
             return _record(j) if j else None
 
     def states(self, job_ids: list[str]) -> dict[str, tuple[str, int, int]]:
@@ -224,7 +230,7 @@ class JobRepository:
         (the live resync, api/live.py)."""
         if not job_ids:
             return {}
-        with self._sessions() as s:
+        with self._reads() as s:
             rows = s.execute(select(Job.id, Job.status, Job.attempts, Job.progress)
                              .where(Job.id.in_(job_ids)))
             return {r.id: (r.status, r.attempts, r.progress) for r in rows}

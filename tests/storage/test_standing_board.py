@@ -73,3 +73,33 @@ def test_a_lane_s_places_are_read_once_a_period_for_every_job_asked(repos: Repos
     rank_reads = [s for s in statements
                   if "row_number" in s or ("count(" in s and "GROUP BY" not in s)]
     assert len(rank_reads) == 1 and "row_number" in rank_reads[0]
+
+
+def test_a_fresh_place_is_known_without_reading(repos: Repos, monkeypatch):
+    """``known`` (what an event loop may ask) answers as ``of`` from what was read
+    within the period, and nothing once any of it is older."""
+    clock = Clock()
+    monkeypatch.setattr(module.time, "monotonic", clock)
+    pipeline = "board-" + uuid.uuid4().hex[:8]
+    jobs = queued(repos, pipeline, [repos.new_tenant()], 5)
+
+    class Fleet:  # one live worker serves the pipeline
+        def counts(self) -> dict[str, int]:
+            return {pipeline: 1}
+
+    standings = Standings(StandingRepository(repos.sessions), fleet=Fleet(), ttl_s=2.0)
+    assert standings.known(jobs[0]) is None  # nothing read yet
+    [standings.of(j) for j in jobs]  # asked about: on the board from its next reading
+    clock.now += 2.0
+    read = [standings.of(j) for j in jobs]  # the board now holds all five
+    statements: list[str] = []
+    engine = repos.sessions.kw["bind"]
+    listener = lambda *a: statements.append(a[2])  # noqa: E731
+    event.listen(engine, "before_cursor_execute", listener)
+    try:
+        assert [standings.known(j) for j in jobs] == read
+    finally:
+        event.remove(engine, "before_cursor_execute", listener)
+    assert statements == []
+    clock.now += 2.0
+    assert standings.known(jobs[0]) is None  # stale: read again through ``of``
