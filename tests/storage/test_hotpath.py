@@ -14,19 +14,15 @@ import pytest
 from sqlalchemy import event, select
 
 from core.jobs import JobStatus
-from storage.db import make_engine, make_sessionmaker
 from storage.models import JobUsage, LaneClock, TenantService, WebhookDelivery, WebhookEvent
 from storage.records import JobWebhookRequest, OutputRecord
 from storage.repositories import (
-    JobRepository,
-    KeyRepository,
-    OutboxRepository,
     WebhookRepository,
 )
 from storage.repositories.usage import settle
 
 from . import test_jobs_repository
-from .test_jobs_repository import TTL, Repos, outputs
+from .test_jobs_repository import TTL, Repos, outputs, repos_on
 
 repos = test_jobs_repository.repos  # the same fixture (SQLite and PostgreSQL)
 
@@ -124,12 +120,7 @@ def test_the_claim_charges_the_tenant_and_moves_the_lane_clock(repos: Repos):
 
 @pytest.fixture
 def pg_repos(pg_url: str) -> Iterator[Repos]:
-    engine = make_engine(pg_url)
-    sessions = make_sessionmaker(engine)
-    keys = KeyRepository(sessions)
-    tenant, _ = keys.create_key("tenant-" + uuid.uuid4().hex)
-    yield Repos(JobRepository(sessions), OutboxRepository(sessions), keys, sessions, tenant)
-    engine.dispose()
+    yield from repos_on(pg_url)
 
 
 def test_on_postgresql_each_is_one_statement(pg_repos: Repos):

@@ -65,14 +65,18 @@ class Repos:
                             .where(Output.job_id == job_id))
 
 
-@pytest.fixture
-def repos(db_url: str) -> Iterator[Repos]:
-    engine = make_engine(db_url)
+def repos_on(url: str) -> Iterator[Repos]:
+    engine = make_engine(url)
     sessions = make_sessionmaker(engine)
     keys = KeyRepository(sessions)
     tenant, _ = keys.create_key("tenant-" + uuid.uuid4().hex)
     yield Repos(JobRepository(sessions), OutboxRepository(sessions), keys, sessions, tenant)
     engine.dispose()
+
+
+@pytest.fixture
+def repos(db_url: str) -> Iterator[Repos]:
+    yield from repos_on(db_url)
 
 
 def outputs(n: int = 2) -> list[OutputRecord]:
