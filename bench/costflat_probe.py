@@ -36,6 +36,7 @@ class Side:
         self.info = info
         self.claimable = list(info["claimable"])
         self.tokens = list(info["tokens"])  # of the jobs the fair claims wake their lane by
+        self.quotas = Quotas({"interactive": Quota(1000, 10_000)})  # the default caps
 
     def figures(self) -> dict:
         tenant, cursor = self.info["tenant"], self.info["cursor_page_100"]
@@ -58,6 +59,9 @@ class Side:
             "stale_queued": lambda: self.jobs.stale_queued(
                 900.0 + time.time() - self.info["loaded_at"]),
             "submit_quota_count": lambda: self._quota(new),
+            # what one group pays with an API process's memory of its last counts
+            **({"submit_quota_check": lambda: self._quota(new, self.quotas)}
+               if "read" in inspect.signature(Quotas.admit_many).parameters else {}),
             "metrics_scrape": lambda: self.workers.serving(
                 list(self.queues.signals(PIPELINES, 60.0).running)),
         }
@@ -71,11 +75,12 @@ class Side:
         if job is not None and job.dispatch_token != token:
             self.tokens.append(job.dispatch_token)
 
-    def _quota(self, new: NewJob) -> None:
+    def _quota(self, new: NewJob, quotas: Quotas | None = None) -> None:
         """The submit's counts as a group that has to read them (new quotas: nothing
         remembered from the last call), for the trees before and after they were read
-        outside the insert's transaction."""
-        quotas = Quotas({"interactive": Quota(1000, 10_000)})
+        outside the insert's transaction; with ``quotas``, as a group of a process that
+        remembers what it counted last (``submit_quota_check``)."""
+        quotas = quotas or Quotas({"interactive": Quota(1000, 10_000)})
         if "read" not in inspect.signature(Quotas.admit_many).parameters:
             with self.sessions() as s:  # in a transaction rolled back
                 quotas.admit_many(s, [new])

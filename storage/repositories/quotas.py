@@ -11,6 +11,13 @@ counts again at most every ``FRESH_S`` and adds its own admissions in between; f
 the cap on, every group counts. Only a fleet admitting more than half a cap within
 ``FRESH_S`` (for a tenant: far beyond its submit rate limit) could overshoot by more
 than the submits in flight. A group far from every cap reads nothing before its insert.
+
+A pipeline's queue found full is remembered as full for ``FRESH_S`` too: a flood of
+submits against a full queue (the overload the cap exists for) is refused without
+counting up to the cap's index entries per group; room made meanwhile is seen at the
+next count, within ``FRESH_S`` (the refusal's ``Retry-After`` asks for longer). A
+tenant's own cap is not remembered so: a tenant that cancels a job may submit again at
+once.
 """
 
 from __future__ import annotations
@@ -80,7 +87,7 @@ class Quotas:
             for key in (("tenant", new.tenant_id, quota.max_active_per_tenant),
                         ("pipeline", new.pipeline, quota.max_queued_per_pipeline)):
                 seen = self._seen.get(key)
-                if seen is not None and now - seen[0] < FRESH_S and seen[1] < key[2] // 2:
+                if seen is not None and now - seen[0] < FRESH_S and _settled(key, seen[1]):
                     known[key] = seen[1]
                 else:
                     wanted.setdefault(key)
@@ -108,6 +115,13 @@ class Quotas:
             at = read_at.get(key, self._seen.get(key, (now,))[0])
             self._seen[key] = (at, counts[key])
         return out
+
+
+def _settled(key: tuple[str, str, int], count: int) -> bool:
+    """A count that decides nothing before it is read again: far below the cap, or a
+    pipeline's queue at its cap (full until the next count)."""
+    kind, _, cap = key
+    return count < cap // 2 or (kind == "pipeline" and count >= cap)
 
 
 def _too_many_active(cap: int) -> TooManyRequests:

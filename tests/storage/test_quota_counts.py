@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import uuid
 
-from sqlalchemy import event
+from sqlalchemy import event, text
 
 from core.errors import TooManyRequests
 from core.jobs import JobKind
@@ -65,10 +65,34 @@ def test_from_half_the_cap_every_group_counts_and_the_cap_holds(db_url):
     submit, clock, counted, _ = setup(db_url, cap=6)
     results = [submit() for _ in range(8)]
     # below half (0, 1, 2 queued) the first count serves; from 3 of 6 on, every group
-    # counts the queue (the tenant, far from its cap, is still this process's sum)
-    assert counted == [(1, 1)] + [(1, 0)] * 5
+    # counts the queue (the tenant, far from its cap, is still this process's sum) until
+    # it is full: the sixth group's count (5) and its admission fill it, so the seventh
+    # and eighth are refused without a count until the period ends
+    assert counted == [(1, 1)] + [(1, 0)] * 3
     assert [isinstance(r, TooManyRequests) for r in results] == [False] * 6 + [True] * 2
     assert results[-1].code == "queue_full"
+
+
+def test_a_full_queue_is_refused_without_a_count_until_the_period_ends(db_url):
+    """A flood against a full queue costs one count per period, not one per group; room
+    made meanwhile is seen at the next count."""
+    submit, clock, counted, pipeline = setup(db_url, cap=4)
+    other, _, _, _ = setup(db_url, cap=4, pipeline=pipeline)  # another API process
+    assert not any(isinstance(other(), TooManyRequests) for _ in range(4))
+    flood = [submit() for _ in range(20)]
+    assert {getattr(r, "code", None) for r in flood} == {"queue_full"}
+    assert counted == [(1, 1)]  # the count that found it full, then nothing
+    engine = make_engine(db_url)
+    with engine.begin() as conn:  # a worker claims one: room for one more
+        conn.execute(text("UPDATE jobs SET status = 'running' WHERE id = ("
+                          "SELECT id FROM jobs WHERE pipeline = :p AND status = 'queued' "
+                          "LIMIT 1)"), {"p": pipeline})
+    engine.dispose()
+    assert isinstance(submit(), TooManyRequests)  # within the period: still full
+    clock.now += FRESH_S
+    assert not isinstance(submit(), TooManyRequests)  # counted again: admitted
+    assert counted == [(1, 1), (1, 1)]
+    assert isinstance(submit(), TooManyRequests)  # full again, by its own admission
 
 
 def test_a_tenant_near_its_cap_is_counted_on_every_group(db_url):
