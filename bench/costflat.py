@@ -54,12 +54,12 @@ def head_of(tree: Path) -> str:
     return ScriptDirectory.from_config(cfg).get_current_head()
 
 
-def prepare(url: str, scale: float | None) -> dict:
+def prepare(url: str, scale: float | None, idle_tenants: int = 0) -> dict:
     """Migrated, keyed and loaded; what the reads need to know about it."""
     upgrade(url)
     tenant, key = KeyRepository(make_sessionmaker(make_engine(url))).create_key("bench")
     t0, loaded_at = time.monotonic(), time.time()
-    load(url, tenant, scale)
+    load(url, tenant, scale, idle_tenants)
     with psycopg.connect(url) as conn:
         cursor = conn.execute(
             "SELECT id FROM jobs WHERE tenant_id = %s ORDER BY created_at DESC, id DESC "
@@ -181,6 +181,9 @@ def main() -> None:
     ap.add_argument("--samples", type=int, default=100, help="per in-process figure")
     ap.add_argument("--http-samples", type=int, default=100, help="per HTTP figure; 0: none")
     ap.add_argument("--claims", type=int, default=100)
+    ap.add_argument("--idle-tenants", type=int, default=0,
+                    help="the loaded database also holds this many tenants that never "
+                         "submitted anything")
     ap.add_argument("--results-dir", type=Path, default=ROOT / "bench" / "results")
     args = ap.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # clean up as on Ctrl-C
@@ -193,7 +196,7 @@ def main() -> None:
         stack.callback(shutil.rmtree, home, ignore_errors=True)
         urls = {"empty": svc.database(stack), "loaded": svc.database(stack)}
         infos = {"empty": prepare(urls["empty"], None),
-                 "loaded": prepare(urls["loaded"], args.scale)}
+                 "loaded": prepare(urls["loaded"], args.scale, args.idle_tenants)}
         print(f"loaded: {infos['loaded']['load_s']} s, {infos['loaded']['size']} "
               f"(empty: {infos['empty']['size']})", flush=True)
         redis, sw = svc.start_redis(stack, home), svc.seaweedfs(stack, home)

@@ -148,9 +148,11 @@ def history(scale: float, bench_tenant: str) -> list[str]:
                   pipeline=pipeline.replace("i % 4", "(i / 7) % 4"))]
 
 
-def load(url: str, bench_tenant: str, scale: float | None) -> None:
+def load(url: str, bench_tenant: str, scale: float | None, idle_tenants: int = 0) -> None:
     """The tenants and the working set, and with ``scale`` the history too; then
-    ``VACUUM ANALYZE``, as autovacuum would have left a month-old database."""
+    ``VACUUM ANALYZE``, as autovacuum would have left a month-old database.
+    ``idle_tenants``: that many more tenants that have never submitted anything (the
+    sign-ups a year leaves), with the history only."""
     tenants = f"""
     INSERT INTO tenants (id, name, created_at)
     SELECT 'ten_load' || lpad(i::text, 4, '0'), 'load-' || i, now() - interval '60 days'
@@ -158,6 +160,10 @@ def load(url: str, bench_tenant: str, scale: float | None) -> None:
     steps = [tenants, *working_set(bench_tenant)]
     if scale is not None:
         steps += history(scale, bench_tenant)
+        steps.append(f"""
+    INSERT INTO tenants (id, name, created_at)
+    SELECT 'ten_idle' || i, 'idle-' || i, now() - interval '200 days'
+    FROM generate_series(1, {int(idle_tenants)}) i""")
     with psycopg.connect(url.replace("+psycopg", ""), autocommit=True) as conn:
         conn.execute("SET maintenance_work_mem = '256MB'")
         for sql in [*steps, *_children()]:

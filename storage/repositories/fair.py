@@ -19,7 +19,17 @@ the lane's oldest job is taken instead, so a wake-up never goes unused.
 
 from __future__ import annotations
 
-from sqlalchemy import and_, bindparam, case, func, literal_column, or_, select, update
+from sqlalchemy import (
+    and_,
+    bindparam,
+    case,
+    func,
+    literal_column,
+    or_,
+    select,
+    true,
+    update,
+)
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session, aliased
 
@@ -44,13 +54,22 @@ def lane_of(batch_id: str | None) -> str:
     return INTERACTIVE if batch_id is None else BULK_LANE
 
 
-def waiting(j, lane: str, pipeline=None):
-    """``j`` (an alias of jobs) is queued, in ``lane`` of ``:pipeline`` (or of
-    ``pipeline``), and past any retry backoff."""
+def queued(j, lane: str, pipeline=None):
+    """``j`` (an alias of jobs) is queued in ``lane`` of ``:pipeline`` (or of
+    ``pipeline``): the predicates of the lane's index, ``ix_jobs_fair_<lane>``."""
     in_lane = j.batch_id.is_(None) if lane == INTERACTIVE else j.batch_id.is_not(None)
     return and_(j.pipeline == (bindparam("p_pipeline") if pipeline is None else pipeline),
-                j.status == _QUEUED, in_lane,
-                or_(j.ready_at.is_(None), j.ready_at <= bindparam("now", type_=UTCDateTime())))
+                j.status == _QUEUED, in_lane)
+
+
+def ready(j):
+    """``j`` is past any retry backoff."""
+    return or_(j.ready_at.is_(None), j.ready_at <= bindparam("now", type_=UTCDateTime()))
+
+
+def waiting(j, lane: str, pipeline=None):
+    """``j`` is queued in ``lane`` of ``:pipeline`` (or of ``pipeline``), and ready."""
+    return and_(queued(j, lane, pipeline), ready(j))
 
 
 def larger(a, b):
@@ -58,23 +77,52 @@ def larger(a, b):
     return case((a > b, a), else_=b)
 
 
-def _tenant_order(lane: str):
-    """Every tenant with a ready job in the lane: its key (pass, raised to the lane's
-    clock ``:p_vtime``) and its oldest ready job, for ``ORDER BY key, oldest``. One index
-    probe per tenant (ix_jobs_fair_*)."""
+def _oldest_ready(lane: str, tenant_id):
+    """The created_at of ``tenant_id``'s oldest ready job in the lane (one index probe)."""
     q = aliased(Job, name="q")
-    oldest = (select(q.created_at).where(waiting(q, lane), q.tenant_id == Tenant.id)
-              .order_by(q.created_at).limit(1).correlate(Tenant).scalar_subquery())
+    return (select(q.created_at).where(waiting(q, lane), q.tenant_id == tenant_id)
+            .order_by(q.created_at).limit(1).scalar_subquery())
+
+
+def _keyed(lane: str, tenant_id, oldest):
+    """Per tenant its key (pass, raised to the lane's clock ``:p_vtime``) and its oldest
+    ready job (NULL: nothing ready), for ``ORDER BY key, oldest``."""
     key = larger(func.coalesce(TenantService.pass_, 0.0), bindparam("p_vtime"))
-    return select(Tenant.id.label("tenant_id"), oldest.label("oldest"),
-                  key.label("key")).outerjoin(TenantService, and_(
+    return select(tenant_id.label("tenant_id"), oldest.label("oldest"), key.label("key")
+                  ).outerjoin(TenantService, and_(
                       TenantService.pipeline == bindparam("p_pipeline"),
                       TenantService.lane == literal_column(f"'{lane}'"),
-                      TenantService.tenant_id == Tenant.id)).subquery("t")
+                      TenantService.tenant_id == tenant_id))
 
 
-def _pick(lane: str):
-    t = _tenant_order(lane)
+def _tenant_order(lane: str):
+    """SQLite (the embedded mode, a handful of tenants): every tenant, one index probe
+    each (ix_jobs_fair_*)."""
+    return _keyed(lane, Tenant.id, _oldest_ready(lane, Tenant.id)).subquery("t")
+
+
+def _waiting_order(lane: str):
+    """PostgreSQL: only the tenants with a job queued in the lane, found by walking the
+    lane's index from one tenant to the next (a recursive CTE, one probe per waiting
+    tenant), so a claim costs the same however many tenants exist. Each step reads the
+    tenant's oldest queued job; only when that one is in its retry backoff does a second
+    probe look for the oldest ready one."""
+    q, n = aliased(Job, name="q"), aliased(Job, name="n")
+    columns = (q.tenant_id, q.created_at, q.ready_at)
+    walk = (select(*columns).where(queued(q, lane)).order_by(q.tenant_id, q.created_at)
+            .limit(1).cte("walk", recursive=True))
+    step = (select(n.tenant_id, n.created_at, n.ready_at)
+            .where(queued(n, lane), n.tenant_id > walk.c.tenant_id)
+            .order_by(n.tenant_id, n.created_at).limit(1).lateral("step"))
+    walk = walk.union_all(select(step.c.tenant_id, step.c.created_at, step.c.ready_at)
+                          .select_from(walk).join(step, true()))
+    oldest = case((ready(walk.c), walk.c.created_at),
+                  else_=_oldest_ready(lane, walk.c.tenant_id))
+    return _keyed(lane, walk.c.tenant_id, oldest).subquery("t")
+
+
+def _pick(lane: str, walk: bool):
+    t = _waiting_order(lane) if walk else _tenant_order(lane)
     # Tenants with nothing ready sort last (a filter would probe each tenant twice).
     fairest = (select(t.c.tenant_id).order_by(t.c.oldest.is_(None), t.c.key, t.c.oldest)
                .limit(1).scalar_subquery())
@@ -87,14 +135,15 @@ def _pick(lane: str):
     return func.coalesce(fair, oldest)
 
 
-def claim_statement(lane: str, returning):
+def claim_statement(lane: str, returning, walk: bool = False):
     """queued -> running for the fairest ready job of ``:pipeline``'s ``lane``, while some
-    queued job holds ``:token`` (the message is current), returning the row."""
+    queued job holds ``:token`` (the message is current), returning the row. ``walk``
+    (PostgreSQL): consider only the tenants waiting in the lane (``_waiting_order``)."""
     h = aliased(Job, name="h")
     current = select(h.id).where(h.dispatch_token == bindparam("token"),
                                  h.status == _QUEUED).exists()
     now = bindparam("now", type_=UTCDateTime())
-    return update(Job).where(Job.id == _pick(lane), Job.status == _QUEUED, current).values(
+    return update(Job).where(Job.id == _pick(lane, walk), Job.status == _QUEUED, current).values(
         status=JobStatus.RUNNING.value, attempts=Job.attempts + 1,
         worker_id=bindparam("p_worker"),
         lease_expires_at=bindparam("lease", type_=UTCDateTime()), updated_at=now,

@@ -126,7 +126,7 @@ def _stage_event(subject, event: str, when):
 def _claim(lane: str, returning):
     """The fair claim of ``lane`` (``fair.claim_statement``, ``:p_vtime`` the clock the lock
     returned) with everything a claim writes, returning the claimed row."""
-    claimed = fair.claim_statement(lane, returning).cte("claimed")
+    claimed = fair.claim_statement(lane, returning, walk=True).cte("claimed")
     token = bindparam("token")
     handed = update(Job).where(
         Job.dispatch_token == token, Job.status == fair._QUEUED, Job.id != claimed.c.id,

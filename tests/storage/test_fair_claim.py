@@ -93,3 +93,20 @@ def test_a_retry_waits_out_its_backoff(repos, pipeline):  # noqa: F811
     claimed = repos.jobs.claim(job_id, "w", 60)
     back = repos.jobs.hand_back(job_id, claimed.attempts, queue="q")
     assert repos.jobs.claim_next(back.token, "w", 60).id == job_id
+
+
+def test_a_tenant_whose_oldest_job_waits_out_a_backoff_is_served_its_next_ready_one(
+        repos, pipeline):  # noqa: F811
+    """The claim looks past a tenant's oldest queued job while that one is in its retry
+    backoff: the tenant is still the fairest, and its newer ready job goes next."""
+    a, b = repos.new_tenant(), repos.new_tenant()
+    (a1, token), = queue(repos, a, pipeline, 1)
+    job = repos.jobs.claim_next(token, "w", 60)
+    repos.jobs.requeue(job.id, job.attempts, queue="q", delay_s=3600, code="x",
+                       message="retry later")  # a: pass 1, its oldest job waits an hour
+    assert drain(repos, queue(repos, b, pipeline, 2)) == [b, b]  # b: pass 2
+    (a2, _), = queue(repos, a, pipeline, 1)
+    (_, token), = queue(repos, b, pipeline, 1)
+    claimed = repos.jobs.claim_next(token, "w", 60)
+    assert (claimed.tenant_id, claimed.id) == (a, a2)
+    assert repos.jobs.get(a1).status is JobStatus.QUEUED

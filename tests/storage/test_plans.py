@@ -139,3 +139,58 @@ def _any_job(repo: JobRepository, tenant: str) -> str:
                                 pipeline="piper-joe", queue="q", request={"input": "hi"},
                                 metadata=None, max_attempts=1))
     return job.id
+
+
+@pytest.fixture(scope="module")
+def crowded() -> Iterator[str]:
+    """A database with 2,000 tenants that have never queued anything."""
+    for url in migrated_database():
+        with make_engine(url).begin() as conn:
+            conn.execute(text(
+                "INSERT INTO tenants (id, name, created_at) SELECT 'idle-' || i, "
+                "'idle-' || i, now() FROM generate_series(1, 2000) AS i"))
+        yield url
+
+
+def test_a_claim_probes_the_waiting_tenants_only(crowded):
+    """The fair claim walks the lane's index from one waiting tenant to the next: three
+    tenants waiting among 2,000 cost a handful of probes, not one per tenant, so the
+    claim does not slow down as tenants accumulate."""
+    from core.jobs import JobKind
+    from storage.records import NewJob
+
+    engine = make_engine(crowded)
+    sessions = make_sessionmaker(engine)
+    jobs = JobRepository(sessions)
+    waiting = [KeyRepository(sessions).create_key(f"waiting-{i}")[0] for i in range(3)]
+    tokens = [jobs.create(NewJob(tenant_id=t, kind=JobKind.SPEECH, model="m",
+                                 pipeline="crowded", queue="q", request={"input": "hi"},
+                                 metadata=None, max_attempts=1))[1].token
+              for t in waiting for _ in range(2)]
+    sent: list[tuple[str, dict]] = []
+
+    @event.listens_for(engine, "before_cursor_execute")
+    def capture(conn, cursor, statement, parameters, context, executemany):
+        if "FOR UPDATE SKIP LOCKED" in statement:
+            sent.append((statement, parameters))
+
+    claimed = jobs.claim_next(tokens[0], "w", 60)
+    assert claimed is not None and claimed.tenant_id in waiting
+    [(statement, params)] = sent
+    with engine.connect() as conn:  # a token still held, so the statement runs whole
+        params["token"] = conn.execute(text(
+            "SELECT dispatch_token FROM jobs WHERE pipeline = 'crowded' AND "
+            "status = 'queued' LIMIT 1")).scalar_one()
+    engine.dispose()
+    import psycopg
+
+    with psycopg.connect(crowded) as conn:  # EXPLAIN ANALYZE runs it: rolled back
+        p = conn.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + statement, params
+                         ).fetchone()[0][0]["Plan"]
+        conn.rollback()
+    probes = sum(n.get("Actual Loops", 0) for n in nodes(p)
+                 if n.get("Index Name", "").startswith("ix_jobs_fair_"))
+    assert 0 < probes <= 2 * len(waiting) + 4, p
+    # the tenants table: only the claimed job's own row (its weight), not every tenant
+    assert sum(n["Actual Rows"] * n["Actual Loops"] for n in nodes(p)
+               if n.get("Relation Name") == "tenants") <= 1, p
