@@ -32,7 +32,7 @@ from pydantic import BaseModel
 
 from core.errors import InvalidRequest, TooManyRequests
 from core.jobs import JobStatus
-from storage.bus import Bus, Result, Subscription, Watcher
+from storage.bus import UNREAD, Bus, Result, Subscription, Watcher
 from storage.records import JobRecord
 from storage.views import queue_fields
 
@@ -127,8 +127,8 @@ class Live:
                 log.warning("live resync failed", exc_info=True)
                 continue
             for job_id, subs in watched.items():
-                for sub in subs:
-                    if sub.seen != states.get(job_id):
+                for sub in subs:  # one still to make its first read will read anyway
+                    if sub.seen is not UNREAD and sub.seen != states.get(job_id):
                         sub.changed = True
                         sub.event.set()
 

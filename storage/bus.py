@@ -281,13 +281,16 @@ def make_bus(settings: Settings) -> Bus:
     return SpoolBus(settings.live_dir)
 
 
+UNREAD = object()  # a watcher that has not read its job yet: no resync can tell it news
+
+
 class Subscription:
     """One watcher of one job: ``wait`` returns True on a notice, False on a timeout.
     ``seen`` is what the watcher last read of its job (its resync compares it)."""
 
     def __init__(self) -> None:
         self.event = asyncio.Event()
-        self.seen: object = None
+        self.seen: object = UNREAD
         self.result: Result | None = None  # handed with the completion (``expect_result``)
         # Woken for something other than "still running" since the watcher last read
         # its job (any notice without that hint, a resync that saw a change).

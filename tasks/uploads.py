@@ -56,13 +56,16 @@ class PatientStore:
 
 
 def discard_uploads(rt: WorkerRuntime, job: JobRecord, keys: set[str]) -> None:
-    """After losing a job we uploaded for: if it was deleted, cancelled or failed
-    meanwhile, nothing will ever point at these objects, so delete them. A job another
-    attempt now owns is left alone: that attempt writes the same keys."""
+    """After an attempt that did not complete its job: the objects it uploaded are under
+    its own attempt's keys, which no record will name unless this very attempt is the
+    one recorded completed (a completion whose answer was lost), so whatever became of
+    the job (gone, cancelled, failed, or another attempt's now) they are deleted at once,
+    not left for the hourly orphan sweep."""
     if not keys:
         return
     now = rt.jobs.get(job.id)
-    if now is None or now.status in (JobStatus.CANCELLED, JobStatus.FAILED):
-        rt.store.delete(sorted(keys))
-        log.info("job %s is gone or ended without us: deleted %d uploaded objects", job.id,
-                 len(keys), extra={"job_id": job.id})
+    if now is not None and now.status is JobStatus.COMPLETED and now.attempts == job.attempts:
+        return
+    rt.store.delete(sorted(keys))
+    log.info("job %s was not completed by attempt %d: deleted its %d uploaded objects",
+             job.id, job.attempts, len(keys), extra={"job_id": job.id})

@@ -156,6 +156,7 @@ class Counts:
     failed: int = 0
     duplicated: int = 0
     lost: int = 0
+    superseded: int = 0  # objects of an earlier attempt, left for the orphan sweep
 
     def line(self, **extra: object) -> str:
         return " ".join(f"{k}={v}" for k, v in {**asdict(self), **extra}.items())
@@ -181,8 +182,11 @@ def settle(client: httpx.Client, ids: list[str], timeout: float) -> dict[str, di
 def tally(chaos: Chaos, ids: list[str], jobs: dict[str, dict], name: str,
           **extra: object) -> Counts:
     """Count outcomes: a job completed more than once (two completion records in the
-    workers' logs) or with more objects than outputs is duplicated; a job neither
-    completed nor failed is lost. Every stored object must match its recorded sha256."""
+    workers' logs) or with more objects of its recorded attempt than outputs is
+    duplicated; a job neither completed nor failed is lost. Objects of an earlier attempt
+    (one whose completion could not be confirmed, say) are counted apart: the orphan
+    sweep deletes them, and no record names them; one of a later attempt than the
+    record's is a duplicate. Every recorded object must match its sha256."""
     import hashlib
 
     s3 = chaos.seaweedfs.client()
@@ -203,8 +207,14 @@ def tally(chaos: Chaos, ids: list[str], jobs: dict[str, dict], name: str,
         counts.completed += status == "completed"
         counts.failed += status == "failed"
         counts.lost += status not in ("completed", "failed")
-        keys = stored.get(job_id, [])
-        counts.duplicated += completions.get(job_id, 0) > 1 or len(keys) > len(outputs)
+        attempt = job.get("attempts", 0)
+        by_attempt: dict[int, list[str]] = {}
+        for key in stored.get(job_id, []):
+            by_attempt.setdefault(int(key.split("/")[2].removeprefix("a")), []).append(key)
+        keys = by_attempt.pop(attempt, [])
+        counts.superseded += sum(len(v) for a, v in by_attempt.items() if a < attempt)
+        counts.duplicated += (completions.get(job_id, 0) > 1 or len(keys) > len(outputs)
+                              or any(a > attempt for a in by_attempt))
         for out in outputs if status == "completed" else []:
             [key] = [k for k in keys if k.rsplit("/", 1)[1].startswith(f"{out['index']}.")]
             data = s3.get_object(Bucket=bucket, Key=key)["Body"].read()

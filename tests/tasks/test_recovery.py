@@ -92,6 +92,25 @@ def test_job_cancelled_during_generation_leaves_nothing(rt, app, tenant,  # noqa
     assert rt.jobs.get(job.id).status is JobStatus.CANCELLED
 
 
+def test_an_attempt_that_lost_its_job_to_another_deletes_its_uploads(rt, app, tenant,  # noqa: F811
+                                                                     monkeypatch):
+    """The reaper hands the job on while this attempt finalizes: what it uploaded is
+    under its own attempt's keys, which no record will ever name, so it is deleted at
+    once rather than left for the hourly orphan sweep."""
+    job = submit(rt, tenant, "test-snapshots")
+    monkeypatch.setattr(fake_pipelines, "AFTER_GENERATE", lambda: rt.jobs.requeue(
+        job.id, 1, queue="q", delay_s=0, code="lease_expired", message="reaped"))
+    uploaded: list[str] = []
+    real_put = rt.store.put
+    monkeypatch.setattr(rt.store, "put", lambda key, *a, **k: (
+        uploaded.append(key), real_put(key, *a, **k))[1])
+    assert outcome(run_job(rt, app, job.id)) == "lost"
+    assert uploaded and all("/a1/" in key for key in uploaded)  # it did upload
+    assert not [p for p in rt.settings.objects_dir.rglob("*")
+                if p.is_file() and job.id in str(p)]
+    assert rt.jobs.get(job.id).status is JobStatus.QUEUED  # the next attempt's
+
+
 def test_the_upload_guard_renews_only_a_lease_not_confirmed_lately(rt, tenant):  # noqa: F811
     """Before an upload, a heartbeat confirmed within the last beat interval stands
     (no round trip); an older one is renewed at once, and a cancel it finds stops the
