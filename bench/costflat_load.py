@@ -160,6 +160,7 @@ def load(url: str, bench_tenant: str, scale: float | None, idle_tenants: int = 0
     steps = [tenants, *working_set(bench_tenant)]
     if scale is not None:
         steps += history(scale, bench_tenant)
+    if scale is not None and idle_tenants:
         steps.append(f"""
     INSERT INTO tenants (id, name, created_at)
     SELECT 'ten_idle' || i, 'idle-' || i, now() - interval '200 days'

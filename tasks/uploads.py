@@ -7,7 +7,6 @@ import time
 from collections.abc import Callable
 
 from core.errors import StorageFailed
-from core.jobs import JobStatus
 from storage.bus import HANDOFF_MAX_BYTES
 from storage.objects import ObjectStore
 from storage.records import JobRecord
@@ -56,15 +55,13 @@ class PatientStore:
 
 
 def discard_uploads(rt: WorkerRuntime, job: JobRecord, keys: set[str]) -> None:
-    """After an attempt that did not complete its job: the objects it uploaded are under
-    its own attempt's keys, which no record will name unless this very attempt is the
-    one recorded completed (a completion whose answer was lost), so whatever became of
-    the job (gone, cancelled, failed, or another attempt's now) they are deleted at once,
-    not left for the hourly orphan sweep."""
+    """After an attempt that did not complete its job (finalize stopped, or the
+    completing compare-and-set failed and ``complete`` saw no completion of ours): the
+    objects it uploaded are under its own attempt's keys, which no record will ever name,
+    whatever became of the job (gone, cancelled, failed, or another attempt's now), so
+    they are deleted at once, not left for the hourly orphan sweep. A completion that
+    could not be confirmed either way never gets here."""
     if not keys:
-        return
-    now = rt.jobs.get(job.id)
-    if now is not None and now.status is JobStatus.COMPLETED and now.attempts == job.attempts:
         return
     rt.store.delete(sorted(keys))
     log.info("job %s was not completed by attempt %d: deleted its %d uploaded objects",

@@ -19,17 +19,7 @@ the lane's oldest job is taken instead, so a wake-up never goes unused.
 
 from __future__ import annotations
 
-from sqlalchemy import (
-    and_,
-    bindparam,
-    case,
-    func,
-    literal_column,
-    or_,
-    select,
-    true,
-    update,
-)
+from sqlalchemy import and_, bindparam, case, func, literal_column, or_, select, true, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session, aliased
 
@@ -101,21 +91,24 @@ def _tenant_order(lane: str):
     return _keyed(lane, Tenant.id, _oldest_ready(lane, Tenant.id)).subquery("t")
 
 
+def _first_queued(lane: str, name: str, after=None):
+    """The first entry of the lane's index (after tenant ``after``): a tenant and its
+    oldest queued job's created_at and ready_at."""
+    j = aliased(Job, name=name)
+    where = [queued(j, lane)] + ([j.tenant_id > after] if after is not None else [])
+    return (select(j.tenant_id, j.created_at, j.ready_at).where(*where)
+            .order_by(j.tenant_id, j.created_at).limit(1))
+
+
 def _waiting_order(lane: str):
     """PostgreSQL: only the tenants with a job queued in the lane, found by walking the
     lane's index from one tenant to the next (a recursive CTE, one probe per waiting
     tenant), so a claim costs the same however many tenants exist. Each step reads the
     tenant's oldest queued job; only when that one is in its retry backoff does a second
     probe look for the oldest ready one."""
-    q, n = aliased(Job, name="q"), aliased(Job, name="n")
-    columns = (q.tenant_id, q.created_at, q.ready_at)
-    walk = (select(*columns).where(queued(q, lane)).order_by(q.tenant_id, q.created_at)
-            .limit(1).cte("walk", recursive=True))
-    step = (select(n.tenant_id, n.created_at, n.ready_at)
-            .where(queued(n, lane), n.tenant_id > walk.c.tenant_id)
-            .order_by(n.tenant_id, n.created_at).limit(1).lateral("step"))
-    walk = walk.union_all(select(step.c.tenant_id, step.c.created_at, step.c.ready_at)
-                          .select_from(walk).join(step, true()))
+    walk = _first_queued(lane, "q").cte("walk", recursive=True)
+    step = _first_queued(lane, "n", after=walk.c.tenant_id).lateral("step")
+    walk = walk.union_all(select(*step.c).select_from(walk).join(step, true()))
     oldest = case((ready(walk.c), walk.c.created_at),
                   else_=_oldest_ready(lane, walk.c.tenant_id))
     return _keyed(lane, walk.c.tenant_id, oldest).subquery("t")
