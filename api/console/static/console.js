@@ -9,7 +9,12 @@ function live(el) {
     const parts = JSON.parse(event.data);
     for (const [id, html] of Object.entries(parts)) {
       const target = document.getElementById(id);
-      if (target && target.innerHTML !== html) {
+      // Compared as the browser serializes both: the server's text and the browser's
+      // serialization of the same markup differ (attributes, entities), and replacing
+      // an unchanged part would reload its <audio> or <video> under the viewer.
+      const parsed = document.createElement("template");
+      parsed.innerHTML = html;
+      if (target && target.innerHTML !== parsed.innerHTML) {
         target.innerHTML = html;
       }
     }
