@@ -119,6 +119,7 @@ def test_the_gauges_match_the_database_while_jobs_arrive(fleet: FleetStack):
     pipeline = "test-stuck"  # enabled, and no worker of this stack serves it
     depth = ("omnijobs_queue_depth", {"pipeline": pipeline, "lane": "interactive"})
     submitted: list[str] = []
+    failures: list[BaseException] = []  # a sender that dies says why, not "130 == 150"
     stop = threading.Event()
 
     def queued_in_db() -> int:
@@ -128,8 +129,11 @@ def test_the_gauges_match_the_database_while_jobs_arrive(fleet: FleetStack):
     key = fleet.new_key("gauges")
     with fleet.client(key) as c:
         def load() -> None:
-            while not stop.is_set() and len(submitted) < 150:
-                submitted.append(submit(c, pipeline))
+            try:
+                while not stop.is_set() and len(submitted) < 150:
+                    submitted.append(submit(c, pipeline))
+            except BaseException as exc:
+                failures.append(exc)
 
         sender = threading.Thread(target=load)
         sender.start()
@@ -142,6 +146,7 @@ def test_the_gauges_match_the_database_while_jobs_arrive(fleet: FleetStack):
         finally:
             stop.set()
             sender.join()
+    assert not failures, failures
     assert len(brackets) >= 3, brackets
     assert all(lo <= seen <= hi for lo, seen, hi in brackets), brackets
     final = scrape(fleet.maintenance_metrics)
