@@ -15,7 +15,7 @@ import os
 import socket
 import threading
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from importlib.metadata import version
 
@@ -39,12 +39,32 @@ def describe(worker_id: str, role: str, pipelines: list[str]) -> WorkerBeat:
                       version=version("omnijobs"), started_at=datetime.now(UTC))
 
 
+@dataclass(frozen=True)
+class SlotView:
+    """What a worker's engine holds now, as the registry and the fleet signals read it.
+
+    ``busy`` counts engine slots held by jobs still generating (a guided job holds two);
+    ``finalizing`` counts jobs whose engine part is done and that only wait for their
+    mux and upload, so they hold no slot; ``jobs`` lists every job in flight.
+    """
+
+    total: int = 1
+    busy: int = 0
+    finalizing: int = 0
+    jobs: tuple[str, ...] = ()
+
+
 class Presence:
     def __init__(self, workers: WorkerRepository, identity: WorkerBeat, period_s: float,
                  current_job: Callable[[], str | None] = lambda: None,
-                 draining: Callable[[], bool] = lambda: False) -> None:
+                 draining: Callable[[], bool] = lambda: False,
+                 slots: Callable[[], SlotView] | None = None) -> None:
         self._workers, self.identity, self.period_s = workers, identity, period_s
         self._current_job, self._draining = current_job, draining
+        # The runtime tells what its engine holds; until it does, one slot, busy while
+        # there is a current job.
+        self._slots = slots or (lambda: SlotView(busy=int(self._current_job() is not None),
+                                                 jobs=tuple(filter(None, [self._current_job()]))))
         self._wake, self._stopped = threading.Event(), threading.Event()
         self._lock = threading.Lock()  # no beat lands after the row was removed
         self._thread = threading.Thread(target=self._run, name="presence", daemon=True)
