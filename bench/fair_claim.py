@@ -33,7 +33,7 @@ from storage.migrate import upgrade
 from storage.models import Job, UTCDateTime
 from storage.repositories import JobRepository
 from storage.repositories import attempts as history
-from storage.repositories.jobs import _CLAIMED
+from storage.repositories.fair import CLAIMED as _CLAIMED
 from tests.services import create_database, drop_database
 
 FILL = """

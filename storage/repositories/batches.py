@@ -34,8 +34,8 @@ from ..records import (
 )
 from .bulk import insert_rows
 from .files import add_file
-from .jobs import _record as job_record
-from .jobs import cancel_batch_jobs
+from .job_ends import cancel_batch_jobs
+from .job_rows import job_record
 from .scope import tenant_is
 from .submits import ID_PREFIX
 from .usage import batch_sums
