@@ -37,7 +37,7 @@ from .deps import Publisher, PublishMany, Services, StreamEncoderFactory, Webhoo
 from .errors import install_error_handlers
 from .fleet import Fleet
 from .guard import AccessLog
-from .live import Live
+from .live_hub import Live
 from .ratelimit import make_rate_limiter
 from .routes import (
     batches,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from fastapi import Depends, Request
 from fastapi.security import HTTPBearer
@@ -21,19 +21,19 @@ from storage.repositories import (
     OutboxRepository,
     WebhookRepository,
 )
+from storage.repositories.activity import ActivityRepository
+from storage.repositories.sessions import SessionRepository
+from storage.repositories.usage import UsageRepository
 
+# What the services hold knows nothing of them (the hub, the group commit, the fleet's
+# and the queue's views): the modules that take ``Services`` import this one, never the
+# other way round, so no import circle (tests/test_house.py), not even one for types.
 from .auth import Authenticator
+from .fleet import Fleet
+from .live_hub import Live
 from .ratelimit import RateLimiter
-
-if TYPE_CHECKING:
-    from storage.repositories.activity import ActivityRepository
-    from storage.repositories.sessions import SessionRepository
-    from storage.repositories.usage import UsageRepository
-
-    from .fleet import Fleet
-    from .live import Live
-    from .standing import Standings
-    from .submitter import Submitter
+from .standing import Standings
+from .submitter import Submitter
 
 Publisher = Callable[[OutboxRecord], None]
 PublishMany = Callable[[Sequence[OutboxRecord]], None]  # one broker round trip for all

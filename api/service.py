@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from fastapi import Query
+from fastapi.concurrency import run_in_threadpool
 
 from core.errors import Conflict, InvalidRequest, NotFound, TooManyRequests, clip
 from core.jobs import JobKind, JobStatus, is_job_id
@@ -169,3 +170,27 @@ def list_page(svc: Services, tenant: str, page: Page, present: Callable[[Service
     data = [present(svc, j) for j in jobs]
     return {"data": data, "first_id": data[0].id if data else None,
             "last_id": data[-1].id if data else None, "has_more": has_more}
+
+
+async def submit_job(svc: Services, *, tenant: str, spec: PipelineSpec, model: str, request: dict,
+                     metadata: dict | None, idempotency_key: str | None,
+                     webhook: JobWebhookRequest | None = None,
+                     deadline: Deadlines | None = None, job_id: str | None = None
+                     ) -> JobRecord:
+    """``submit`` from the event loop: through the group commit (api/submitter.py, which
+    knows nothing of this module) unless the submit carries an idempotency key or
+    deadlines (or the app has no submitter)."""
+    if idempotency_key is not None or deadline is not None or svc.submitter is None:
+        return await run_in_threadpool(
+            submit, svc, tenant=tenant, spec=spec, model=model, request=request,
+            metadata=metadata, idempotency_key=idempotency_key, webhook=webhook,
+            deadline=deadline, job_id=job_id)
+    if getattr(svc.limiter, "blocking", True):
+        await run_in_threadpool(throttle, svc, tenant)
+    else:
+        throttle(svc, tenant)
+    new = NewJob(tenant_id=tenant, kind=spec.kind, model=model, pipeline=spec.name,
+                 queue=spec.queue, request=request, metadata=metadata,
+                 max_attempts=svc.settings.max_attempts, webhook=webhook, id=job_id)
+    return await svc.submitter.submit(svc, new)
+

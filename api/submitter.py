@@ -23,13 +23,9 @@ import logging
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
-from fastapi.concurrency import run_in_threadpool
-
-from pipelines import PipelineSpec
-from storage.records import Deadlines, JobRecord, JobWebhookRequest, NewJob, OutboxRecord
+from storage.records import JobRecord, NewJob, OutboxRecord
 
 from .metrics import JOBS_SUBMITTED, PUBLISH_DEFERRED
-from .service import submit, throttle
 
 log = logging.getLogger(__name__)
 
@@ -171,26 +167,3 @@ def publish_now(svc, msgs: list[OutboxRecord]) -> None:
     else:
         for msg in msgs:
             svc.publish(msg)
-
-
-async def submit_job(svc, *, tenant: str, spec: PipelineSpec, model: str, request: dict,
-                     metadata: dict | None, idempotency_key: str | None,
-                     webhook: JobWebhookRequest | None = None,
-                     deadline: Deadlines | None = None, job_id: str | None = None
-                     ) -> JobRecord:
-    """``service.submit`` from the event loop: through the group commit unless the submit
-    carries an idempotency key or deadlines (or the app has no submitter)."""
-    if idempotency_key is not None or deadline is not None or svc.submitter is None:
-        return await run_in_threadpool(
-            submit, svc, tenant=tenant, spec=spec, model=model, request=request,
-            metadata=metadata, idempotency_key=idempotency_key, webhook=webhook,
-            deadline=deadline, job_id=job_id)
-    if getattr(svc.limiter, "blocking", True):
-        await run_in_threadpool(throttle, svc, tenant)
-    else:
-        throttle(svc, tenant)
-    new = NewJob(tenant_id=tenant, kind=spec.kind, model=model, pipeline=spec.name,
-                 queue=spec.queue, request=request, metadata=metadata,
-                 max_attempts=svc.settings.max_attempts, webhook=webhook, id=job_id)
-    return await svc.submitter.submit(svc, new)
-

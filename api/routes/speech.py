@@ -37,9 +37,8 @@ from ..deps import Services, services, tenant_id
 from ..guard import GuardedRoute
 from ..live import Slot, watching
 from ..schemas import SpeechCreate
-from ..service import deadline_ended, job_public, parse_prefer
+from ..service import deadline_ended, job_public, parse_prefer, submit_job
 from ..speech_stream import check_streamable, stream_speech
-from ..submitter import submit_job
 from .webhooks import job_webhook
 
 log = logging.getLogger(__name__)

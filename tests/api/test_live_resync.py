@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import threading
 
-from api.live import Live
+from api.live_hub import Live
 from storage.bus import Bus, Watcher
 
 
