@@ -7,16 +7,16 @@ payloads, batch output lines, event streams), so each of them presents exactly w
 
 from __future__ import annotations
 
-from dataclasses import asdict
+from dataclasses import MISSING, fields
 from datetime import UTC, datetime
-from typing import Literal
+from typing import Any, Literal, get_type_hints
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, create_model
 
 from core.jobs import JobKind, JobStatus
 
 from .objects import ObjectStore
-from .records import JobRecord, QueueStanding
+from .records import OUTPUT_DESCRIPTION, JobRecord, OutputRecord, QueueStanding
 from .usage_views import OUTPUT_TOKENS_PER_S, UsagePublic, usage_view
 
 # A job's status in OpenAI's four video statuses (queued, in_progress, completed,
@@ -38,7 +38,7 @@ class JobError(BaseModel):
     message: str
 
 
-class OutputPublic(BaseModel):
+class OutputLink(BaseModel):
     """An expired output (past ``OMNIJOBS_OUTPUT_TTL_S``) keeps its description but has
     no URL: its bytes are deleted."""
 
@@ -46,16 +46,18 @@ class OutputPublic(BaseModel):
     url: str | None
     url_expires_at: int | None
     expired: bool = False
-    content_type: str
-    bytes: int
-    sha256: str
-    duration_s: float | None = None
-    sample_rate: int | None = None
-    channels: int | None = None
-    width: int | None = None
-    height: int | None = None
-    fps: float | None = None
-    frames: int | None = None
+
+
+def _described(record: type) -> dict[str, tuple[Any, Any]]:
+    """``OUTPUT_DESCRIPTION``'s fields as the record declares them: (type, default)."""
+    hints, declared = get_type_hints(record), {f.name: f for f in fields(record)}
+    return {name: (hints[name], ... if declared[name].default is MISSING
+                   else declared[name].default) for name in OUTPUT_DESCRIPTION}
+
+
+# An output as its owner sees it: where to fetch it, then its record's description.
+OutputPublic = create_model("OutputPublic", __base__=OutputLink, __module__=__name__,
+                            __doc__=OutputLink.__doc__, **_described(OutputRecord))
 
 
 # A queued job's ``status_detail`` when no live worker serves its pipeline (the API
@@ -158,15 +160,18 @@ def outputs_expired(job: JobRecord, now: datetime | None = None) -> bool:
     return job.expires_at is not None and job.expires_at <= (now or datetime.now(UTC))
 
 
+def described(out: OutputRecord) -> dict[str, Any]:
+    return {name: getattr(out, name) for name in OUTPUT_DESCRIPTION}
+
+
 def job_view(job: JobRecord, store: ObjectStore, url_ttl_s: int,
              detail: str | None = None, standing: QueueStanding | None = None) -> JobPublic:
     expired = outputs_expired(job)
     outputs = []
     for out in job.outputs:
         url, expires = (None, None) if expired else store.signed_url(out.key, url_ttl_s)
-        fields = {k: v for k, v in asdict(out).items() if k != "key"}
-        outputs.append(OutputPublic(url=url, url_expires_at=expires, expired=expired,
-                                    **fields))
+        outputs.append(OutputPublic(index=out.index, url=url, url_expires_at=expires,
+                                    expired=expired, **described(out)))
     error = (JobError(code=job.error_code, message=job.error_message or "")
              if job.error_code and (job.status in (JobStatus.FAILED, JobStatus.EXPIRED)
                                     or job.error_code == DEADLINE_EXCEEDED) else None)
