@@ -1,6 +1,6 @@
 """Watching jobs live: the pushed synchronous wait and the job event stream (SSE).
 
-Both wait on notices (storage/bus.py) and re-read the job from the database when one
+Both wait on notices (storage/bus/) and re-read the job from the database when one
 arrives and when they start; the database is the source of truth and a notice carries
 nothing else. In case a notice was lost, the process checks every job it watches every
 ``OMNIJOBS_EVENT_RESYNC_S``, in one query for all of them (``Live.resync``: the process's
@@ -87,7 +87,7 @@ async def watching(svc: Services, job_id: str, timeout_s: float
     the job is committed, so no notice of it can come too early to be heard. Yields
     ``until_done(job)``: the job once it ends or the timeout passes, pushed by notices (no
     poll loop), or its result when the worker handed it over with the completion
-    (storage/bus.py): the bytes it stored for the job it recorded completed, so nothing
+    (storage/bus/): the bytes it stored for the job it recorded completed, so nothing
     is read. A job that turns out to be another one (an idempotent replay) is waited on
     as ``wait_for`` does."""
     live = svc.live

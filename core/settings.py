@@ -345,7 +345,7 @@ class Settings(BaseSettings):
 
     @property
     def live_dir(self) -> Path:
-        """The embedded mode's notices and audio chunks (storage/bus.py)."""
+        """The embedded mode's notices and audio chunks (storage/bus/)."""
         return (self.home / "live").resolve()
 
     @property

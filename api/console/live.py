@@ -1,5 +1,5 @@
 """The console's live parts, over Server-Sent Events, pushed by the same notices as the
-API's job event streams (storage/bus.py, api/live.py): a page opens one stream, which
+API's job event streams (storage/bus/, api/live.py): a page opens one stream, which
 re-renders its live parts when a notice says one of its jobs changed (and on the resync
 timer, ``OMNIJOBS_EVENT_RESYNC_S``, which is also how new jobs reach a list), and sends
 the parts whose HTML changed. The browser swaps them in; no loop polls a row.
