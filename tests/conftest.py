@@ -19,11 +19,23 @@ from .services import (
     create_database,
     drop_database,
     free_port,
+    own_services,
     redis_url,
     spawn,
     start_seaweedfs,
+    stop_own_services,
     wait_until,
 )
+
+
+def pytest_configure(config):
+    """Each xdist worker (or a run without xdist) starts its own PostgreSQL and Redis on
+    first use (tests/services.py): no worker sees another's queues, rows or connections."""
+    own_services()
+
+
+def pytest_unconfigure(config):
+    stop_own_services()
 
 
 def migrated_database() -> Iterator[str]:

@@ -23,8 +23,7 @@ import httpx
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-PG_ADMIN = os.environ.get("OMNIJOBS_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
-REDIS = os.environ.get("OMNIJOBS_TEST_REDIS", "redis://127.0.0.1:6379")
+MACHINE_PG = "postgresql://postgres@127.0.0.1:5432/test"
 S3_KEY, S3_SECRET = "omnijobs-test", "omnijobs-test-secret-key"
 # An identity that may read and write objects but not create buckets.
 S3_LIMITED_KEY, S3_LIMITED_SECRET = "omnijobs-limited", "omnijobs-limited-secret-key"
@@ -37,26 +36,58 @@ def unavailable(what: str) -> None:
     pytest.skip(f"{what} is not available")
 
 
-def free_port() -> int:
+# ---- ports: each xdist worker draws from a range of its own -----------------------------
+# free_port() used to bind port 0 and close it, so two workers (or a worker and a client
+# socket's ephemeral port) could be handed the same port before either bound it. Each
+# worker now owns a slice below the kernel's ephemeral range (32768 and up), and never
+# hands out one port twice while it has others left.
+PORT_SLICE = 600
+PORT_BASE, PAIR_BASE, PAIR_OFFSET = 2000, 12000, 10000  # SeaweedFS puts gRPC at +10000
+MAX_WORKERS = 16
+_HANDED_OUT: set[int] = set()
+
+
+def worker_index() -> int:
+    """This xdist worker's number (``gw3`` -> 3); 0 outside xdist."""
+    name = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    index = int(name[2:]) if name.startswith("gw") and name[2:].isdigit() else 0
+    if index >= MAX_WORKERS:
+        raise RuntimeError(f"the test ports are sliced for {MAX_WORKERS} xdist workers")
+    return index
+
+
+def _bindable(port: int) -> bool:
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def _draw(base: int, companion: int | None = None) -> int:
+    start = base + worker_index() * PORT_SLICE
+    ports = list(range(start, start + PORT_SLICE))
+    random.shuffle(ports)
+    for fresh_only in (True, False):  # a used-up slice starts over
+        for port in ports:
+            if fresh_only and port in _HANDED_OUT:
+                continue
+            together = (port,) if companion is None else (port, port + companion)
+            if all(_bindable(p) for p in together):
+                _HANDED_OUT.update(together)
+                return port
+    raise RuntimeError(f"no free port in {start}-{start + PORT_SLICE - 1}")
+
+
+def free_port() -> int:
+    """A free port of this worker's slice."""
+    return _draw(PORT_BASE)
 
 
 def free_port_pair() -> int:
     """A free port whose +10000 companion is free too (SeaweedFS puts gRPC there)."""
-    import random
-
-    for _ in range(200):
-        port = random.randint(20000, 29999)
-        try:
-            for p in (port, port + 10000):
-                with socket.socket() as s:
-                    s.bind(("127.0.0.1", p))
-        except OSError:
-            continue
-        return port
-    raise RuntimeError("no free port pair")
+    return _draw(PAIR_BASE, PAIR_OFFSET)
 
 
 def wait_until(check, timeout: float, what: str) -> None:
@@ -92,39 +123,185 @@ def outcome(call, deadline_s: float, what: str = "the call"):
     return result[0]
 
 
+# ---- PostgreSQL and Redis: one server of each per xdist worker --------------------------
+# Under pytest (tests/conftest.py calls ``own_services()``) each worker process starts its
+# own PostgreSQL cluster and redis-server on first use, so no worker sees another's Redis
+# databases or takes another's connections; both die with the worker. OMNIJOBS_TEST_PG
+# and OMNIJOBS_TEST_REDIS name servers to use instead. Outside pytest (bench/) the
+# machine's servers are used.
+_OWN: dict[str, object] = {}
+_FREE_REDIS_DBS: list[int] = []
+OWN_REDIS_DATABASES = 256
+
+
+def own_services() -> None:
+    _OWN.setdefault("enabled", True)
+
+
+def _die_with_parent() -> None:
+    """The child gets SIGTERM when the worker that started it dies, however it dies."""
+    import ctypes
+
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+def pg_admin() -> str:
+    """The URL of a database on the server the tests create their databases on."""
+    if url := os.environ.get("OMNIJOBS_TEST_PG"):
+        return url
+    if not _OWN.get("enabled"):
+        return MACHINE_PG
+    if "pg" not in _OWN:
+        _OWN["pg"] = PostgresCluster.start()
+        os.environ["OMNIJOBS_TEST_PG"] = _OWN["pg"].url  # for the benchmarks tests run
+    return _OWN["pg"].url
+
+
+def redis_base() -> str:
+    """The Redis server the stacks take their databases from (no database number)."""
+    if url := os.environ.get("OMNIJOBS_TEST_REDIS"):
+        return url.rstrip("/")
+    if not _OWN.get("enabled"):
+        return "redis://127.0.0.1:6379"
+    if "redis" not in _OWN:
+        import tempfile
+
+        server = RedisServer(Path(tempfile.mkdtemp(prefix="omnijobs-test-redis-")),
+                             args=("--databases", str(OWN_REDIS_DATABASES)))
+        _OWN["redis"] = server.start()
+        os.environ["OMNIJOBS_TEST_REDIS"] = server.url.rsplit("/", 1)[0]
+    return _OWN["redis"].url.rsplit("/", 1)[0]
+
+
+def stop_own_services() -> None:
+    for key in ("redis", "pg"):
+        if (server := _OWN.pop(key, None)) is not None:
+            server.stop()
+            shutil.rmtree(server.workdir, ignore_errors=True)
+
+
+@dataclass
+class PostgresCluster:
+    """A PostgreSQL cluster of one xdist worker's: trust auth, TCP only, no fsync (its
+    databases live as long as the run), and connections enough for every stack the
+    worker keeps up at once."""
+
+    workdir: Path
+    port: int
+    proc: subprocess.Popen
+
+    MAX_CONNECTIONS = 300
+
+    @property
+    def url(self) -> str:
+        return f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
+
+    @staticmethod
+    def binaries() -> Path | None:
+        found = sorted(Path("/usr/lib/postgresql").glob("*/bin/initdb"))
+        if found:
+            return found[-1].parent
+        initdb = shutil.which("initdb")
+        return Path(initdb).parent if initdb else None
+
+    @classmethod
+    def start(cls) -> PostgresCluster:
+        import tempfile
+
+        import psycopg
+
+        bindir = cls.binaries()
+        if bindir is None:
+            unavailable("PostgreSQL's initdb (or OMNIJOBS_TEST_PG)")
+        workdir = Path(tempfile.mkdtemp(prefix="omnijobs-test-pg-"))
+        # PostgreSQL refuses to run as root: the cluster belongs to the postgres user then.
+        user = "postgres" if os.geteuid() == 0 else None
+        if user:
+            shutil.chown(workdir, user)
+        subprocess.run([str(bindir / "initdb"), "-D", str(workdir / "data"), "-A", "trust",
+                        "-U", "postgres", "-N", "-E", "UTF8", "--locale=C.UTF-8"],
+                       user=user, check=True, capture_output=True, timeout=120)
+        for _ in range(20):  # a port another process took meanwhile: try the next
+            port = free_port()
+            log = (workdir / "postgres.log").open("ab")
+            proc = subprocess.Popen(
+                [str(bindir / "postgres"), "-D", str(workdir / "data"), "-p", str(port),
+                 "-c", "listen_addresses=127.0.0.1", "-c", "unix_socket_directories=",
+                 "-c", f"max_connections={cls.MAX_CONNECTIONS}", "-c", "fsync=off",
+                 "-c", "synchronous_commit=off", "-c", "full_page_writes=off",
+                 "-c", "shared_buffers=64MB"],
+                user=user, stdout=log, stderr=subprocess.STDOUT,
+                preexec_fn=_die_with_parent)
+            log.close()
+            cluster = cls(workdir, port, proc)
+
+            def up(c: PostgresCluster = cluster) -> bool:
+                if c.proc.poll() is not None:
+                    raise ProcessLookupError("postgres exited")
+                psycopg.connect(c.url, connect_timeout=2).close()
+                return True
+
+            try:
+                wait_until(up, 60, "the tests' PostgreSQL")
+                return cluster
+            except (TimeoutError, ProcessLookupError):
+                cluster.stop()
+        raise RuntimeError("PostgreSQL did not start:\n" + (
+            workdir / "postgres.log").read_text(errors="replace")[-2000:])
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)  # fast shutdown
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
 def create_database() -> str:
     import psycopg
 
+    admin = pg_admin()
     name = "omnijobs_test_" + uuid.uuid4().hex[:12]
     try:
-        with psycopg.connect(PG_ADMIN, autocommit=True, connect_timeout=3) as conn:
+        with psycopg.connect(admin, autocommit=True, connect_timeout=3) as conn:
             conn.execute(f'CREATE DATABASE "{name}"')
     except psycopg.OperationalError:
         unavailable("PostgreSQL")
-    return PG_ADMIN.rsplit("/", 1)[0] + "/" + name
+    return admin.rsplit("/", 1)[0] + "/" + name
 
 
 def drop_database(url: str) -> None:
     import psycopg
 
     name = url.rsplit("/", 1)[1]
-    with psycopg.connect(PG_ADMIN, autocommit=True) as conn:
+    with psycopg.connect(pg_admin(), autocommit=True) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
-_FREE_REDIS_DBS = random.sample(range(1, 16), 15)
+def _redis_databases() -> list[int]:
+    """The databases this worker may hand out: all but 0 of its own server's, or, on a
+    server named by OMNIJOBS_TEST_REDIS that the workers share, its share of 1-15."""
+    if "redis" in _OWN:
+        return list(range(1, OWN_REDIS_DATABASES))
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    return [db for db in range(1, 16) if db % workers == worker_index() % workers]
 
 
 def redis_url() -> str:
     """A Redis database of its own (never one another stack of this run uses): two stacks
     on one database would consume each other's render and webhook messages. A test that
-    needs one only for itself takes it with `redis_db()`, which hands it back: the run has
-    15 of them and more tests than that."""
+    needs one only for itself takes it with `redis_db()`, which hands it back."""
     import redis
 
+    base = redis_base()
+    if "redis_dbs" not in _OWN:
+        _OWN["redis_dbs"] = True
+        _FREE_REDIS_DBS.extend(random.sample(dbs := _redis_databases(), len(dbs)))
     if not _FREE_REDIS_DBS:
-        raise RuntimeError("all 15 Redis test databases are taken by this test run")
-    url = f"{REDIS}/{_FREE_REDIS_DBS.pop()}"
+        raise RuntimeError("every Redis test database is taken by this worker")
+    url = f"{base}/{_FREE_REDIS_DBS.pop()}"
     try:
         client = redis.Redis.from_url(url, socket_connect_timeout=2)
         client.ping()
@@ -157,6 +334,7 @@ class RedisServer:
     workdir: Path
     port: int = field(default_factory=free_port)
     proc: subprocess.Popen | None = None
+    args: tuple[str, ...] = ()
 
     @property
     def url(self) -> str:
@@ -170,8 +348,8 @@ class RedisServer:
         with (self.workdir / "redis.log").open("ab") as log:
             self.proc = subprocess.Popen(
                 [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-                 "--appendonly", "no", "--dir", str(self.workdir)],
-                stdout=log, stderr=subprocess.STDOUT)
+                 "--appendonly", "no", "--dir", str(self.workdir), *self.args],
+                stdout=log, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent)
         wait_until(lambda: redis.Redis.from_url(self.url).ping(), 30, "redis-server")
         return self
 

@@ -13,7 +13,7 @@ import sys
 import pytest
 
 from bench.services import checkout
-from tests.services import PG_ADMIN, ROOT, unavailable
+from tests.services import ROOT, pg_admin, unavailable
 
 pytestmark = pytest.mark.integration
 
@@ -26,7 +26,7 @@ def require_tools() -> None:
         if shutil.which(tool) is None:
             unavailable(f"{tool} ({hint})")
     try:
-        psycopg.connect(PG_ADMIN, connect_timeout=3).close()
+        psycopg.connect(pg_admin(), connect_timeout=3).close()
     except psycopg.OperationalError:
         unavailable("PostgreSQL")
 

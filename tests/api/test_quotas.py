@@ -11,7 +11,7 @@ import redis
 
 from ..conftest import migrated_database
 from ..integration.helpers import assert_openai_error
-from ..services import REDIS, unavailable
+from ..services import redis_base, unavailable
 from .conftest import Api
 
 SPEECH = {"model": "tts-1", "input": "Queued."}
@@ -100,7 +100,7 @@ def test_rate_limit_is_off_by_default_in_embedded_mode(api):
 
 @pytest.fixture
 def redis_broker() -> str:
-    url = f"{REDIS}/0"
+    url = f"{redis_base()}/0"
     try:
         redis.Redis.from_url(url, socket_connect_timeout=2).ping()
     except redis.RedisError:

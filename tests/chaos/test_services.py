@@ -7,7 +7,7 @@ import time
 
 import psycopg
 
-from ..services import PG_ADMIN, wait_until
+from ..services import pg_admin, wait_until
 from .conftest import Chaos, Load, settle, tally
 
 
@@ -65,7 +65,7 @@ def test_postgres_connections_terminated_mid_load(chaos: Chaos):
     with chaos.client(chaos.new_key("postgres")) as c:
         polls: list[int] = []
         with Load(c, 30, 0.2) as load:
-            with psycopg.connect(PG_ADMIN, autocommit=True) as admin:
+            with psycopg.connect(pg_admin(), autocommit=True) as admin:
                 while load.thread.is_alive():
                     terminated += admin.execute(
                         "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
