@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 RUNTIME := $(VENV)/.installed-runtime
 STAMP := $(VENV)/.installed
 
-.PHONY: dev test lint unit migrate compose-config clean
+.PHONY: dev test quick lint migrate compose-config clean
 
 $(RUNTIME): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -27,16 +27,24 @@ $(STAMP): $(RUNTIME) pyproject.toml
 dev: $(RUNTIME)
 	$(BIN)/omnijobs dev $(if $(PORT),--port $(PORT))
 
-## Run every test (integration tests start SeaweedFS, a worker and the API themselves).
+## Run every test (integration tests start SeaweedFS, a worker and the API themselves), in
+## parallel: TEST_WORKERS pytest-xdist workers, each with its own PostgreSQL, Redis,
+## SeaweedFS, ports and folders (tests/services.py); the tests marked
+## xdist_group("serial") run one after another on one of them (DECISIONS.md: why N).
 ## pytest's exit code 5 (nothing collected) is not a failure of the suite.
+TEST_WORKERS ?= 4
+PYTEST_PARALLEL = -n $(TEST_WORKERS) --dist loadgroup
 test: $(STAMP)
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest $(PYTEST_ARGS); rc=$$?; \
+	$(BIN)/python -m pytest $(PYTEST_PARALLEL) --durations=25 $(PYTEST_ARGS); rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "pytest collected no tests"; exit 0; fi; exit $$rc
 
-## Unit tests only (no services needed).
-unit: $(STAMP)
-	$(BIN)/python -m pytest tests/media tests/pipelines -q
+## The inner loop: every test that starts no process of its own (unit, repository and
+## route tests; see `spawns` in tests/conftest.py).
+quick: $(STAMP)
+	OMNIJOBS_TEST_QUICK=1 $(BIN)/python -m pytest $(PYTEST_PARALLEL) -m "not spawns" -q \
+	  $(PYTEST_ARGS); rc=$$?; \
+	  if [ $$rc -eq 5 ]; then echo "pytest collected no tests"; exit 0; fi; exit $$rc
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -18,6 +18,7 @@ from .services import (
     Stack,
     create_database,
     drop_database,
+    forbid_processes,
     free_port,
     own_services,
     redis_url,
@@ -27,11 +28,51 @@ from .services import (
     wait_until,
 )
 
+# Modules with tests that start processes of their own (servers, workers, the CLI, tools):
+# `make quick` leaves them out (-m "not spawns"), and runs with OMNIJOBS_TEST_QUICK=1,
+# under which a test elsewhere that starts a process fails, so this list stays whole.
+SPAWNING = {
+    "api/test_body_guard.py", "api/test_exposure.py", "api/test_keys_and_logs.py",
+    "batches/test_cli.py", "batches/test_fair_lane.py", "batches/test_lifecycle.py",
+    "batches/test_sdk.py", "batches/test_validation.py", "chaos/test_scale_in.py",
+    "chaos/test_services.py", "chaos/test_stalls.py", "chaos/test_workers.py",
+    "console/test_browser.py", "fairness/test_eta.py", "fairness/test_fair_share.py",
+    "fleet/test_bench_smoke.py", "fleet/test_dev_drain.py", "fleet/test_drain.py",
+    "fleet/test_flower.py", "fleet/test_multiprocess_metrics.py",
+    "fleet/test_prometheus.py", "fleet/test_queue_signals.py", "fleet/test_registry.py",
+    "fuzz/test_openapi_fuzz.py", "integration/test_bad_input.py",
+    "integration/test_deadlines_e2e.py", "integration/test_dependencies.py",
+    "integration/test_dev_client.py", "integration/test_durability.py",
+    "integration/test_embedded.py", "integration/test_frozen_redis.py",
+    "integration/test_gpu_smoke_script.py", "integration/test_gpu_worker.py",
+    "integration/test_live.py", "integration/test_maintenance_process.py",
+    "integration/test_max_runtime.py", "integration/test_process_logs.py",
+    "integration/test_speech_e2e.py", "integration/test_sync_handoff.py",
+    "integration/test_usage_e2e.py", "integration/test_video_e2e.py",
+    "integration/test_webhooks_e2e.py", "openapi/test_sdk_surface.py",
+    "pipelines/test_registry.py", "storage/test_objects.py", "test_bench_smoke.py",
+    "test_cli.py", "test_cli_terminal.py", "test_deploy_guide.py", "test_gpu_extra.py",
+    "test_packaging.py", "test_readme.py", "test_startup.py", "test_xdist_isolation.py",
+}
+
 
 def pytest_configure(config):
     """Each xdist worker (or a run without xdist) starts its own PostgreSQL and Redis on
     first use (tests/services.py): no worker sees another's queues, rows or connections."""
     own_services()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def quick_guard() -> None:
+    """In the processes that run tests (not xdist's controller, which starts workers)."""
+    if os.environ.get("OMNIJOBS_TEST_QUICK") == "1":
+        forbid_processes()
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if item.path.relative_to(ROOT / "tests").as_posix() in SPAWNING:
+            item.add_marker(pytest.mark.spawns)
 
 
 def pytest_unconfigure(config):

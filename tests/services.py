@@ -51,6 +51,9 @@ def worker_index() -> int:
     """This xdist worker's number (``gw3`` -> 3); 0 outside xdist."""
     name = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
     index = int(name[2:]) if name.startswith("gw") and name[2:].isdigit() else 0
+    # A run nested in a test (tests/test_xdist_isolation.py) takes slices no outer
+    # worker uses.
+    index += int(os.environ.get("OMNIJOBS_TEST_SLICE_OFFSET", "0"))
     if index >= MAX_WORKERS:
         raise RuntimeError(f"the test ports are sliced for {MAX_WORKERS} xdist workers")
     return index
@@ -138,11 +141,24 @@ def own_services() -> None:
     _OWN.setdefault("enabled", True)
 
 
-def _die_with_parent() -> None:
-    """The child gets SIGTERM when the worker that started it dies, however it dies."""
+def _prctl():
     import ctypes
 
-    ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    return ctypes.CDLL(None, use_errno=True).prctl
+
+
+_PRCTL = _prctl()  # looked up here, not in the forked child (no imports or dlopen there)
+
+
+def orphan_guard(sig: int = signal.SIGTERM):
+    """A ``preexec_fn`` under which a server gets ``sig`` when the test process that
+    started it dies, however it dies, so a crashed or killed run leaves none behind. The
+    kernel sends it when the starting *thread* ends, so only the main thread uses it."""
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    return lambda: _PRCTL(1, sig)  # PR_SET_PDEATHSIG
 
 
 def pg_admin() -> str:
@@ -152,7 +168,11 @@ def pg_admin() -> str:
     if not _OWN.get("enabled"):
         return MACHINE_PG
     if "pg" not in _OWN:
-        _OWN["pg"] = PostgresCluster.start()
+        _OWN["starting"] = True
+        try:
+            _OWN["pg"] = PostgresCluster.start()
+        finally:
+            _OWN["starting"] = False
         os.environ["OMNIJOBS_TEST_PG"] = _OWN["pg"].url  # for the benchmarks tests run
     return _OWN["pg"].url
 
@@ -168,9 +188,28 @@ def redis_base() -> str:
 
         server = RedisServer(Path(tempfile.mkdtemp(prefix="omnijobs-test-redis-")),
                              args=("--databases", str(OWN_REDIS_DATABASES)))
-        _OWN["redis"] = server.start()
+        _OWN["starting"] = True
+        try:
+            _OWN["redis"] = server.start()
+        finally:
+            _OWN["starting"] = False
         os.environ["OMNIJOBS_TEST_REDIS"] = server.url.rsplit("/", 1)[0]
     return _OWN["redis"].url.rsplit("/", 1)[0]
+
+
+def forbid_processes() -> None:
+    """``make quick``: a test that starts a process of its own fails, naming it, so the
+    list of modules that do (SPAWNING, tests/conftest.py) cannot fall behind. The worker's
+    own PostgreSQL and Redis are let through."""
+    original = subprocess.Popen.__init__
+
+    def guarded(self, args, *rest, **kwargs):
+        if not _OWN.get("starting"):
+            pytest.fail(f"this test starts a process ({str(args)[:80]}): add its module to "
+                        "SPAWNING in tests/conftest.py", pytrace=False)
+        original(self, args, *rest, **kwargs)
+
+    subprocess.Popen.__init__ = guarded
 
 
 def stop_own_services() -> None:
@@ -231,7 +270,7 @@ class PostgresCluster:
                  "-c", "synchronous_commit=off", "-c", "full_page_writes=off",
                  "-c", "shared_buffers=64MB"],
                 user=user, stdout=log, stderr=subprocess.STDOUT,
-                preexec_fn=_die_with_parent)
+                preexec_fn=orphan_guard(signal.SIGQUIT))  # immediate shutdown
             log.close()
             cluster = cls(workdir, port, proc)
 
@@ -349,7 +388,7 @@ class RedisServer:
             self.proc = subprocess.Popen(
                 [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
                  "--appendonly", "no", "--dir", str(self.workdir), *self.args],
-                stdout=log, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent)
+                stdout=log, stderr=subprocess.STDOUT, preexec_fn=orphan_guard())
         wait_until(lambda: redis.Redis.from_url(self.url).ping(), 30, "redis-server")
         return self
 
@@ -389,7 +428,8 @@ class SeaweedFS:
 
     def resume(self) -> None:
         with (self.workdir / "weed.log").open("ab") as log:
-            self.proc = subprocess.Popen(self.cmd, stdout=log, stderr=subprocess.STDOUT)
+            self.proc = subprocess.Popen(self.cmd, stdout=log, stderr=subprocess.STDOUT,
+                                         preexec_fn=orphan_guard())
         wait_until(self.ready, 60, "SeaweedFS S3 gateway")
 
     def client(self, key: str = S3_KEY, secret: str = S3_SECRET):
@@ -432,7 +472,8 @@ def start_seaweedfs(workdir: Path) -> SeaweedFS:
            f"-s3.config={config}", "-s3.port.iceberg=0", "-s3.port.lance=0",
            "-master.telemetry=false", "-volume.max=100", "-master.volumeSizeLimitMB=64"]
     with (workdir / "weed.log").open("wb") as log:  # the child keeps its own descriptor
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
+                                preexec_fn=orphan_guard())
     endpoint = f"http://127.0.0.1:{ports['s3']}"
     sw = SeaweedFS(endpoint=endpoint, proc=proc, workdir=workdir, cmd=cmd)
     try:
@@ -466,8 +507,21 @@ def spawn(name: str, args: list[str], env: dict[str, str], logdir: Path) -> Proc
     log = logdir / f"{name}.log"
     with log.open("wb") as out:  # the child keeps its own descriptor
         proc = subprocess.Popen([sys.executable, "-m", "omnijobs.cli", *args], env=env,
-                                cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
+                                cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
+                                preexec_fn=orphan_guard())
     return Process(name, proc, log)
+
+
+def new_key(db_url: str, tenant: str) -> str:
+    """A new API key for TENANT (created if new), as ``omnijobs keys create`` makes it."""
+    from storage.db import make_engine, make_sessionmaker
+    from storage.repositories import KeyRepository
+
+    engine = make_engine(db_url)
+    try:
+        return KeyRepository(make_sessionmaker(engine)).create_key(tenant)[1]
+    finally:
+        engine.dispose()
 
 
 @dataclass
@@ -486,6 +540,10 @@ class Stack:
         return out.stdout
 
     def new_key(self, tenant: str) -> str:
+        """What ``omnijobs keys create`` makes (tests/test_cli.py runs the command), made
+        in this process: a Python start-up per key was a large share of the suite's CPU."""
+        if url := self.env.get("OMNIJOBS_DATABASE_URL"):
+            return new_key(url, tenant)
         return self.cli("keys", "create", "--tenant", tenant).strip().splitlines()[-1]
 
     def client(self, key: str | None) -> httpx.Client:

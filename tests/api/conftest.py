@@ -11,10 +11,9 @@ from fastapi.testclient import TestClient
 
 from api.app import create_app
 from core.settings import Settings
-from storage.db import make_engine, make_sessionmaker
-from storage.repositories import KeyRepository
 
 from ..conftest import migrated_database
+from ..services import new_key
 
 
 @pytest.fixture(scope="session")
@@ -29,14 +28,6 @@ def api_settings(db_url: str, home: Path, **overrides) -> Settings:
                   event_stream_max_s=0.5)  # nothing renders here: event streams end soon
     values.update(overrides)
     return Settings(**values)
-
-
-def new_key(db_url: str, tenant: str) -> str:
-    engine = make_engine(db_url)
-    try:
-        return KeyRepository(make_sessionmaker(engine)).create_key(tenant)[1]
-    finally:
-        engine.dispose()
 
 
 class Api:
