@@ -69,10 +69,27 @@ def quick_guard() -> None:
         forbid_processes()
 
 
+# How `make test` spreads the suite over xdist workers (--dist loadgroup): a module's tests
+# run on one worker, so a module-scoped stack starts once, not once per worker; these
+# packages' stacks are package-scoped, so each package runs whole on one worker.
+WHOLE_PACKAGES = {"batches", "chaos", "fairness", "fleet"}
+# Tests that must not run beside each other: the load-generator smoke tests (each drives
+# `hey` against stacks of its own and would take the other's CPU for its figures) run one
+# after the other on one worker.
+SERIAL = {"test_bench_smoke.py", "fleet/test_bench_smoke.py"}
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
 def pytest_collection_modifyitems(items):
     for item in items:
-        if item.path.relative_to(ROOT / "tests").as_posix() in SPAWNING:
+        module = item.path.relative_to(ROOT / "tests").as_posix()
+        if module in SPAWNING:
             item.add_marker(pytest.mark.spawns)
+        if item.get_closest_marker("xdist_group") is None:
+            package = module.split("/")[0]
+            group = ("serial" if module in SERIAL else
+                     package if package in WHOLE_PACKAGES else module)
+            item.add_marker(pytest.mark.xdist_group(group))
 
 
 def pytest_unconfigure(config):
