@@ -19,7 +19,9 @@ import argparse
 import os
 import signal
 import sys
-from contextlib import ExitStack
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import ExitStack, suppress
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -77,12 +79,17 @@ def make_side(stack: ExitStack, tree: Tree, index: int, redis: Redis, sw, work: 
                 redis_url=broker, home=home)
 
 
-def measure_render(side: Side, args: argparse.Namespace) -> None:
+def renders(args: argparse.Namespace) -> bool:
+    return bool(args.sync_requests or args.worker_jobs)
+
+
+def measure_render(side: Side, args: argparse.Namespace, worker: Process | None = None) -> None:
     """Synchronous speech and worker overhead, with one worker serving both pipelines
-    (a count of 0 leaves its figure out)."""
-    if not (args.sync_requests or args.worker_jobs):
+    (a count of 0 leaves its figure out); ``worker``: that worker, if started already."""
+    if not renders(args):
         return
-    worker = start_worker(side.tree, side.env, side.home)
+    if worker is None:
+        worker = start_worker(side.tree, side.env, side.home)
     try:
         if args.sync_requests:
             side.figures.append(sync_speech.figure(
@@ -155,27 +162,52 @@ def measure_api_workers(sides: list[Side], bare: LoadResult, args: argparse.Name
 def measure_batches(sides: list[Side], args: argparse.Namespace) -> None:
     """Per tree: its API and a maintenance process (the batch step), one batch."""
     for side in sides:
-        api, base = start_api(side.tree, side.env, side.home, name="api-batch")
-        maintenance = None
+        api, base, maintenance = start_api_and_maintenance(side)
         try:
-            maintenance = start_maintenance(side.tree, side.env, side.home)
             side.figures.append(batch_figure.figure(batch_figure.measure(
                 base, side.key, side.redis_url, args.batch_lines), args.batch_lines))
         finally:
-            if maintenance is not None:
-                maintenance.stop()
+            maintenance.stop()
             api.stop()
 
 
-def start_sides(stack: ExitStack, args: argparse.Namespace, work: Path) -> list[Side]:
-    """Shared Redis and SeaweedFS; per tree a database, a Redis database and an API."""
+def start_api_and_maintenance(side: Side) -> tuple[Process, str, Process]:
+    """Both started at once (neither needs the other to start; the batch is sent once
+    both are ready); if either fails to start, the other is stopped."""
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        starting = pool.submit(start_maintenance, side.tree, side.env, side.home)
+        try:
+            api, base = start_api(side.tree, side.env, side.home, name="api-batch")
+        except BaseException:
+            with suppress(Exception):
+                starting.result().stop()
+            raise
+        try:
+            maintenance = starting.result()
+        except BaseException:
+            api.stop()
+            raise
+    return api, base, maintenance
+
+
+def start_sides(stack: ExitStack, args: argparse.Namespace, work: Path,
+                made: Callable[[list[Side]], None] | None = None) -> list[Side]:
+    """Shared Redis and SeaweedFS; per tree a database, a Redis database and an API
+    (``made`` is called with the sides once their databases are ready, before the APIs
+    start)."""
     redis = start_redis(stack, work)
     sw = seaweedfs(stack, work)
+    # Its folder is deleted when the run ends: no need for a clean stop, which `weed
+    # server` 4.48 takes 15-25 s over (its filer's 15 s gRPC grace, then the volume
+    # server's 10 s preStop), past the 10 s that sw.stop() grants before killing it.
+    stack.callback(lambda: sw.proc.kill())
     trees = [Tree(label=f"this tree, {git_commit(ROOT)}", path=ROOT)]
     if args.ref:
         (work / "checkout").mkdir()
         trees.insert(0, stack.enter_context(checkout(args.ref, work / "checkout")))
     sides = [make_side(stack, tree, i, redis, sw, work) for i, tree in enumerate(trees)]
+    if made is not None:
+        made(sides)
     for side in sides:
         process, side.base_url = start_api(side.tree, side.env, side.home)
         side.pid = process.proc.pid
@@ -194,10 +226,21 @@ def start_baseline(stack: ExitStack, side: Side, work: Path) -> Bare:
 def run_local(args: argparse.Namespace) -> dict[str, list[Figure]]:
     with ExitStack() as stack:
         work = workdir(stack)
-        sides = start_sides(stack, args, work)
+        # The first side's render worker starts while the APIs and the bare endpoint do:
+        # it needs only the migrated database, takes no port, and idles until its figures.
+        pool = stack.enter_context(ThreadPoolExecutor(max_workers=1))
+        starting: list[Future[Process]] = []
+        stack.callback(stop_started, starting)
+
+        def start_first_worker(sides: list[Side]) -> None:
+            if renders(args):
+                first = sides[0]
+                starting.append(pool.submit(start_worker, first.tree, first.env, first.home))
+
+        sides = start_sides(stack, args, work, start_first_worker)
         bare = start_baseline(stack, sides[-1], work)
-        for side in sides:
-            measure_render(side, args)
+        for i, side in enumerate(sides):
+            measure_render(side, args, starting[0].result() if i == 0 and starting else None)
         baseline = measure_submit(sides, bare, args)
         for side in sides:  # out of the way of the --workers runs
             side.api.stop()
@@ -205,6 +248,13 @@ def run_local(args: argparse.Namespace) -> dict[str, list[Figure]]:
         if args.batch_lines:
             measure_batches(sides, args)
         return {side.tree.label: side.figures for side in sides}
+
+
+def stop_started(starting: list[Future[Process]]) -> None:
+    """Stops what was started ahead, once its start is over (a no-op if stopped)."""
+    for future in starting:
+        with suppress(Exception):
+            future.result().stop()
 
 
 def run_compose(args: argparse.Namespace) -> dict[str, list[Figure]]:

@@ -36,7 +36,7 @@ def run(tmp_path_factory) -> tuple[dict, str]:
     require_tools()
     out_dir = tmp_path_factory.mktemp("fastpaths")
     out = subprocess.run(
-        [sys.executable, "-m", "bench.fastpaths", "--duration", "2s", "--connections", "4",
+        [sys.executable, "-m", "bench.fastpaths", "--duration", "1s", "--connections", "4",
          "--submit-rounds", "2",
          "--sync-requests", "3", "--worker-jobs", "3", "--api-workers", "1", "--settle", "0",
          "--batch-lines", "200",
