@@ -8,7 +8,9 @@ the longest any request waited for its answer during the stall)."""
 from __future__ import annotations
 
 import json
+import shutil
 import signal
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -33,6 +35,12 @@ LIMIT_S = 240  # a hard bound on each chaos test
 COUNTS: list[str] = []
 
 
+# The pipelines every render worker of the chaos stack serves unless told otherwise.
+# test-instant renders at once: the broker tests use it for jobs that can only run once
+# the broker is back, where render time would be nothing but waiting.
+WORKER_PIPELINES = ("test-fast", "test-sleep", "test-instant")
+
+
 @dataclass
 class Chaos(Stack):
     home: Path = Path()
@@ -40,13 +48,33 @@ class Chaos(Stack):
     seaweedfs: object = None
     db_url: str = ""
 
-    def start_worker(self, name: str, pipelines: tuple[str, ...] = ("test-fast", "test-sleep"),
+    def start_worker(self, name: str, pipelines: tuple[str, ...] = WORKER_PIPELINES,
                      env: dict[str, str] | None = None, **extra: str) -> Process:
-        proc = spawn(name, ["worker", *(a for p in pipelines for a in ("--pipeline", p))],
-                     {**(env or self.env), **extra}, self.home)
-        self.processes[name] = proc
-        wait_until(lambda: " ready." in proc.log.read_text(), 90, name)
+        [proc] = self.start_workers((name, pipelines, env, extra))
         return proc
+
+    def start_workers(self, *specs: tuple[str, tuple[str, ...], dict[str, str] | None,
+                                          dict[str, str]]) -> list[Process]:
+        """Start several workers at once (name, pipelines, env, extra env each) and wait
+        until every one is ready: they start side by side, not one after another."""
+        procs = []
+        for name, pipelines, env, extra in specs:
+            proc = spawn(name, ["worker", *(a for p in pipelines for a in ("--pipeline", p))],
+                         {**(env or self.env), **extra}, self.home)
+            self.processes[name] = proc
+            procs.append(proc)
+        for proc in procs:
+            wait_until(lambda p=proc: " ready." in p.log.read_text(), 90, proc.name)
+        return procs
+
+    def default_workers(self) -> list[str]:
+        """The running workers of the fixture's own kind: worker-1, or the worker-2 that
+        replaced it once test_workers killed it."""
+        return [n for n in ("worker-1", "worker-2")
+                if n in self.processes and self.processes[n].proc.poll() is None]
+
+    def stop(self) -> None:
+        stop_together(list(self.processes.values()))
 
     def worker_records(self) -> list[dict]:
         records = []
@@ -56,16 +84,46 @@ class Chaos(Stack):
         return records
 
 
+def stop_together(procs: list[Process]) -> None:
+    """``Process.stop`` for several at once: SIGTERM to every one, then wait for them all
+    (each drains on its own; one after another, their drains would add up)."""
+    live = [p for p in procs if p.proc.poll() is None]
+    for proc in live:
+        proc.proc.terminate()
+    deadline = time.monotonic() + 20
+    for proc in live:
+        try:
+            proc.proc.wait(max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            proc.proc.kill()
+            proc.proc.wait()
+
+
+def until(check, timeout: float) -> bool:
+    """Poll ``check`` until it holds (True) or ``timeout`` passes (False): for an outage
+    that ends once what it is meant to cause has happened, the test's own assertions then
+    saying what did not."""
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.1)
+    return True
+
+
 ASYNC = {"Prefer": "respond-async"}
 
 
 class Load:
-    """Submits ``n`` jobs, one every ``every_s``, on a thread; keeps each answer's status
-    and when it was sent and answered (``times``: monotonic start and end). The first
-    ``slow`` jobs take a second of work each, to leave a backlog in the queue."""
+    """Submits ``n`` jobs of ``model``, one every ``every_s``, on a thread; keeps each
+    answer's status and when it was sent and answered (``times``: monotonic start and
+    end). The first ``slow`` jobs take ``slow_s`` of work each, to leave a backlog in the
+    queue."""
 
-    def __init__(self, client: httpx.Client, n: int, every_s: float, slow: int = 0):
+    def __init__(self, client: httpx.Client, n: int, every_s: float, slow: int = 0,
+                 model: str = "test-fast", slow_s: float = 1.0):
         self.client, self.n, self.every_s, self.slow = client, n, every_s, slow
+        self.model, self.slow_s = model, slow_s
         self.statuses: list[int] = []
         self.accepted: list[str] = []
         self.times: list[tuple[float, float]] = []
@@ -74,8 +132,8 @@ class Load:
 
     def _run(self) -> None:
         for i in range(self.n):
-            body = ({"model": "test-sleep", "input": "1"} if i < self.slow
-                    else {"model": "test-fast", "input": f"Load {i}."})
+            body = ({"model": "test-sleep", "input": f"{self.slow_s:g}"} if i < self.slow
+                    else {"model": self.model, "input": f"Load {i}."})
             sent = time.monotonic()
             try:
                 resp = self.client.post("/v1/audio/speech", headers=ASYNC, json=body)
@@ -103,6 +161,15 @@ class Load:
         self.thread.join(120)
 
 
+def _kill_store(sw) -> None:
+    """The fixture's own teardown: SIGKILL at once (``SeaweedFS.stop`` sends SIGTERM,
+    which weed's filer answers with a 15 s graceful stop, then kills it after 10 s)."""
+    if sw.proc.poll() is None:
+        sw.proc.kill()
+        sw.proc.wait()
+    shutil.rmtree(sw.workdir, ignore_errors=True)
+
+
 @pytest.fixture(scope="package")
 def chaos(tmp_path_factory) -> Iterator[Chaos]:
     home = tmp_path_factory.mktemp("chaos")
@@ -110,6 +177,9 @@ def chaos(tmp_path_factory) -> Iterator[Chaos]:
     sw = start_seaweedfs(home / "seaweedfs")
     db = migrated_database()
     db_url = next(db)
+    # A restarted weed (``resume``) finds its master's raft state and waits out an
+    # election timeout (10 s by default) before it serves; one master elects itself.
+    sw.cmd.append("-master.electionTimeout=1s")
     env = stack_env(db_url, redis.url, sw, home, **{
         "OMNIJOBS_S3_BUCKET": "chaos",
         "OMNIJOBS_LEASE_S": "3",
@@ -119,6 +189,8 @@ def chaos(tmp_path_factory) -> Iterator[Chaos]:
         "OMNIJOBS_MAINTENANCE_PERIODS": json.dumps(
             {"relay": 0.5, "reap": 0.5, "sweep_queued": 1}),
     })
+    env["OMNIJOBS_PIPELINES"] = json.dumps(
+        [*json.loads(env["OMNIJOBS_PIPELINES"]), "test-instant"])
     port = free_port()
     st = Chaos(base_url=f"http://127.0.0.1:{port}", env=env, home=home, redis=redis,
                seaweedfs=sw, db_url=db_url)
@@ -131,7 +203,7 @@ def chaos(tmp_path_factory) -> Iterator[Chaos]:
         yield st
     finally:
         st.stop()
-        sw.stop()
+        _kill_store(sw)
         redis.stop()
         next(db, None)
 

@@ -8,21 +8,25 @@ import time
 import psycopg
 
 from ..services import pg_admin, wait_until
-from .conftest import Chaos, Load, settle, tally
+from .conftest import Chaos, Load, settle, tally, until
 
 
 def test_redis_stopped_for_10s_during_submissions(chaos: Chaos):
     """The broker goes away while 50 jobs are submitted and rendered, and comes back
     empty (no persistence), losing the backlog it held: every submit is accepted (into
     the outbox while the broker is down) or refused with a 503, never a 500, and every
-    accepted job completes, the lost messages re-sent by the stale-queued sweep."""
+    accepted job completes, the lost messages re-sent by the stale-queued sweep.
+
+    The backlog is 8 jobs of half a second each; the other 42 are test-instant jobs: none
+    can be rendered before the broker is back, so their render time would only be
+    waited out after it."""
     maintenance = chaos.processes["maintenance"].log
     resent_before = maintenance.read_text().count("its message is gone: re-sent")
     with chaos.client(chaos.new_key("redis")) as c:
-        with Load(c, 50, 0.2, slow=8) as load:
+        with Load(c, 50, 0.2, slow=8, slow_s=0.5, model="test-instant") as load:
             wait_until(lambda: len(load.statuses) >= 8, 30, "a backlog in the broker")
             chaos.redis.stop()
-            time.sleep(10)
+            time.sleep(10)  # the outage the test is named for
             chaos.redis.start()
         assert len(load.statuses) == 50 and set(load.statuses) <= {202, 503}, load.statuses
         counts = tally(chaos, load.accepted, settle(c, load.accepted, 150), "redis_stopped")
@@ -32,19 +36,33 @@ def test_redis_stopped_for_10s_during_submissions(chaos: Chaos):
 
 
 def test_seaweedfs_stopped_during_uploads(chaos: Chaos):
-    """The object store stops while results are being uploaded and comes back 10 s
-    later: uploads are retried in place and every job completes with a matching sha256
-    (``tally`` downloads each object and checks it)."""
+    """The object store stops while results are being uploaded (SIGTERM: its gateway
+    fails requests while it shuts down; then SIGKILL: nothing answers) and comes back
+    once one upload has failed against it three times, so that upload's retries span
+    longer than a lease (0.5 s, 1 s, then 2 s apart; OMNIJOBS_LEASE_S is 3) and at least
+    one of them met the store gone: uploads are retried in place, holding the lease, and
+    every job completes with a matching sha256 (``tally`` downloads each object and
+    checks it)."""
     def worker_logs() -> str:
         return "".join(p.read_text() for p in chaos.home.glob("worker*.log"))
 
-    retries_before = worker_logs().count("failed (")
+    def failures() -> int:
+        return worker_logs().count("failed (")
+
+    retries_before = failures()
+    store = chaos.seaweedfs
     with chaos.client(chaos.new_key("seaweedfs")) as c:
         with Load(c, 20, 0.1) as load:
-            time.sleep(1.5)
-            chaos.seaweedfs.halt()
-            time.sleep(10)
-        chaos.seaweedfs.resume()
+            wait_until(lambda: sum(j["status"] == "completed" for j in c.get(
+                "/v1/jobs", params={"limit": 100}).json()["data"]) >= 2, 60,
+                "results uploaded before the outage")
+            store.proc.terminate()  # as ``halt`` does: SIGTERM, and SIGKILL 10 s later
+            until(lambda: failures() > retries_before, 10)
+            failed_before_kill = failures()
+            store.proc.kill()
+            store.proc.wait()
+            until(lambda: failures() >= max(retries_before + 3, failed_before_kill + 1), 60)
+        store.resume()
         final = settle(c, load.accepted, 150)
         counts = tally(chaos, load.accepted, final, "seaweedfs_stopped")
     assert counts.submitted == 20

@@ -13,10 +13,16 @@ import httpx
 
 from ..proxy import Proxy, through
 from ..services import free_port, spawn, wait_until
-from .conftest import ASYNC, Chaos, Load, settle, tally
+from .conftest import ASYNC, Chaos, Load, settle, stop_together, tally, until
 
-STALL_S = 10.0  # how long each outage lasts
+# Each outage lasts until what it is meant to cause has been seen (each test says what),
+# and at most this long; the assertions after it then say what was not.
+MAX_STALL_S = 30.0
 ANSWER_DEADLINE_S = 30.0  # a request not answered by then is hung (the bounds are seconds)
+# Requests answered during an outage, at least: submits while Redis is frozen (each
+# waits out OMNIJOBS_REDIS_TIMEOUT_S, 2 s), polls while the database stalls (each waits
+# out the statement timeout, 2 s, and the second after it).
+FROZEN_SUBMITS, STALLED_POLLS = 3, 2
 
 
 def submit(client: httpx.Client, text: str, model: str) -> str:
@@ -47,12 +53,14 @@ class Events:
 
 
 def test_redis_frozen_during_submissions(chaos: Chaos):
-    """Redis is frozen for 10 s while 40 jobs are submitted and another is rendering:
-    every submit is answered 202 (committed; its publish left to the relay), a synchronous
-    wait ends with its 202 at its deadline, the event stream of the running job ends with
-    its output through the database resync while Redis is still frozen (no notice can
-    arrive then), and after SIGCONT workers and maintenance carry on: every accepted job
-    completes, once."""
+    """Redis is frozen while 40 jobs are submitted and another is rendering: every submit
+    is answered 202 (committed; its publish left to the relay), a synchronous wait ends
+    with its 202 at its deadline, the event stream of the running job ends with its output
+    through the database resync while Redis is still frozen (no notice can arrive then),
+    and after SIGCONT workers and maintenance carry on: every accepted job completes,
+    once. Redis stays frozen until the output has come and three submits were answered
+    while it was (the Load's jobs are test-instant: none is taken before the thaw, and
+    their render time would only be waited out after it)."""
     key = chaos.new_key("frozen")
     with chaos.client(key) as c, chaos.client(key) as streaming:
         c.timeout = httpx.Timeout(ANSWER_DEADLINE_S)
@@ -60,14 +68,17 @@ def test_redis_frozen_during_submissions(chaos: Chaos):
         wait_until(lambda: running(c, rendering), 60, "the job to be rendering")
         events = Events(streaming, rendering)
         wait_until(lambda: events.first("event: status"), 30, "the event stream")
-        with Load(c, 40, 0.25) as load:
+        with Load(c, 40, 0.1, model="test-instant") as load:
             wait_until(lambda: len(load.statuses) >= 5, 30, "submits before the freeze")
             frozen_at = time.monotonic()
             chaos.redis.freeze()
             try:
+                answered = len(load.statuses)
                 waited = c.post("/v1/audio/speech", headers={"Prefer": "wait=2"},
                                 json={"model": "test-fast", "input": "Waited on."})
-                time.sleep(max(0.0, frozen_at + STALL_S - time.monotonic()))
+                until(lambda: events.first("event: output") is not None
+                      and len(load.statuses) >= answered + FROZEN_SUBMITS,
+                      frozen_at + MAX_STALL_S - time.monotonic())
             finally:
                 thawed_at = time.monotonic()
                 chaos.redis.thaw()
@@ -86,11 +97,12 @@ def test_redis_frozen_during_submissions(chaos: Chaos):
 
 def test_database_stalled_under_an_api_and_a_worker(chaos: Chaos):
     """An API process and a worker reach PostgreSQL through a proxy that stops forwarding
-    for 10 s (the rest of the deployment does not): the API answers every request 503
-    with Retry-After within its bound, never hangs, and serves again afterwards; the
-    worker's heartbeat cannot be confirmed, so it gives its running job up (the reaper
-    hands it to a new attempt) instead of finishing it on a guess. Every accepted job
-    completes, once."""
+    (the rest of the deployment does not) until the worker has given its job up and the
+    API has answered two polls and a submit: the API answers every request 503 with
+    Retry-After within its bound, never hangs, and serves again afterwards; the worker's
+    heartbeat cannot be confirmed, so it gives its running job up (the reaper hands it to
+    a new attempt) instead of finishing it on a guess. Every accepted job completes,
+    once."""
     proxy = Proxy(urlsplit(chaos.db_url).port)
     env = {**chaos.env, "OMNIJOBS_DATABASE_URL": through(chaos.db_url, proxy),
            "OMNIJOBS_DB_STATEMENT_TIMEOUT_S": "2", "OMNIJOBS_DB_TASK_STATEMENT_TIMEOUT_S": "2",
@@ -110,13 +122,19 @@ def test_database_stalled_under_an_api_and_a_worker(chaos: Chaos):
                              timeout=ANSWER_DEADLINE_S) as poller:
             slow = [submit(c, "Slow.", "test-slow") for _ in range(2)]
             wait_until(lambda: running(c, slow[0]), 60, "the worker to be rendering")
-            with Load(c, 40, 0.25) as load:
+            with Load(c, 40, 0.1) as load:
                 wait_until(lambda: len(load.statuses) >= 5, 30, "submits before the stall")
                 stalled_at = time.monotonic()
                 proxy.stall()
                 polls: list[tuple[int, str | None, float]] = []
+
+                def stalled_enough() -> bool:
+                    return ("not renewed within" in worker.log.read_text()
+                            and len(polls) >= STALLED_POLLS and 503 in load.statuses)
+
                 try:
-                    while time.monotonic() < stalled_at + STALL_S:
+                    while (not stalled_enough()
+                           and time.monotonic() < stalled_at + MAX_STALL_S):
                         sent = time.monotonic()
                         resp = poller.get(f"/v1/jobs/{slow[0]}")
                         polls.append((resp.status_code, resp.headers.get("retry-after"),
@@ -141,8 +159,7 @@ def test_database_stalled_under_an_api_and_a_worker(chaos: Chaos):
         assert "not renewed within" in worker.log.read_text()
     finally:
         proxy.close()
-        for name in ("api-stalled", "worker-stalled"):
-            if name in chaos.processes:
-                chaos.processes.pop(name).stop()
+        stop_together([chaos.processes.pop(name) for name in ("api-stalled", "worker-stalled")
+                       if name in chaos.processes])
     assert counts.lost == 0 and counts.duplicated == 0
     assert counts.completed == counts.submitted

@@ -11,7 +11,7 @@ from storage.db import make_engine, make_sessionmaker
 from storage.repositories import JobRepository
 
 from ..services import wait_until
-from .conftest import Chaos, settle, tally
+from .conftest import WORKER_PIPELINES, Chaos, settle, tally
 
 ASYNC = {"Prefer": "respond-async"}
 
@@ -52,10 +52,13 @@ def test_sigkill_worker_mid_generation(chaos: Chaos):
 
 def test_every_message_delivered_twice_to_two_workers(chaos: Chaos):
     """A copy of every render message goes out right behind the original, with two
-    workers consuming: each job is claimed once, completed once, stored once."""
-    if "worker-2" not in chaos.processes:
-        chaos.start_worker("worker-2")
-    chaos.start_worker("worker-3")
+    workers consuming: each job is claimed once, completed once, stored once. The two are
+    the fixture's running worker (worker-1, or worker-2 after the SIGKILL test) and
+    worker-3, started here."""
+    running = chaos.default_workers()[:1]
+    names = ["worker-3"] if running else ["worker-2", "worker-3"]
+    chaos.start_workers(*((name, WORKER_PIPELINES, None, {}) for name in names))
+    consumers = {*running, *names}
     jobs = JobRepository(make_sessionmaker(make_engine(chaos.db_url)))
     sender = Celery(broker=chaos.redis.url)
     try:
@@ -81,9 +84,9 @@ def test_every_message_delivered_twice_to_two_workers(chaos: Chaos):
 
         wait_until(lambda: len(skipped()) == 20, 30, "every copy to be delivered")
         assert set(skipped().values()) == {1}
-        handled_by = {name for name in ("worker-2", "worker-3")
+        handled_by = {name for name in consumers
                       if "claimed" in chaos.processes[name].log.read_text()}
-        assert handled_by == {"worker-2", "worker-3"}
+        assert handled_by == consumers
     finally:
         sender.close()
         chaos.processes.pop("worker-3").stop()
