@@ -29,11 +29,11 @@ dev: $(RUNTIME)
 
 ## Run every test (integration tests start SeaweedFS, a worker and the API themselves), in
 ## parallel: TEST_WORKERS pytest-xdist workers, each with its own PostgreSQL, Redis,
-## SeaweedFS, ports and folders (tests/services.py); the tests marked
-## xdist_group("serial") run one after another on one of them (DECISIONS.md: why N).
+## SeaweedFS, ports and folders (tests/services.py); a module's tests (a whole package's,
+## for some) run on one worker (work_unit, tests/conftest.py; DECISIONS.md: why N).
 ## pytest's exit code 5 (nothing collected) is not a failure of the suite.
 TEST_WORKERS ?= 4
-PYTEST_PARALLEL = -n $(TEST_WORKERS) --dist loadgroup
+PYTEST_PARALLEL = -n $(TEST_WORKERS) --dist loadscope
 test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest $(PYTEST_PARALLEL) --durations=25 $(PYTEST_ARGS); rc=$$?; \

@@ -69,9 +69,9 @@ def quick_guard() -> None:
         forbid_processes()
 
 
-# How `make test` spreads the suite over xdist workers (--dist loadgroup): a module's tests
-# run on one worker, so a module-scoped stack starts once, not once per worker; these
-# packages' stacks are package-scoped, so each package runs whole on one worker.
+# How `make test` spreads the suite over xdist workers: a module's tests run on one worker,
+# so a module-scoped stack starts once, not once per worker; these packages' stacks are
+# package-scoped, so each package runs whole on one worker.
 WHOLE_PACKAGES = {"batches", "chaos", "fairness", "fleet"}
 # Tests that must not run beside each other: the load-generator smoke tests (each drives
 # `hey` against stacks of its own and would take the other's CPU for its figures) run one
@@ -79,17 +79,30 @@ WHOLE_PACKAGES = {"batches", "chaos", "fairness", "fleet"}
 SERIAL = {"test_bench_smoke.py", "fleet/test_bench_smoke.py"}
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
+def work_unit(nodeid: str) -> str:
+    """The xdist work unit a test belongs to (its tests run on one worker, in order)."""
+    module = nodeid.split("::", 1)[0].removeprefix("tests/")
+    package = module.split("/")[0]
+    return "serial" if module in SERIAL else package if package in WHOLE_PACKAGES else module
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """xdist's loadscope scheduling with our work units (pytest 9 leaves xdist's
+    ``xdist_group`` marks without effect: the group never reaches the node id)."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByWorkUnit(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return work_unit(nodeid)
+
+    return ByWorkUnit(config, log)
+
+
 def pytest_collection_modifyitems(items):
     for item in items:
-        module = item.path.relative_to(ROOT / "tests").as_posix()
-        if module in SPAWNING:
+        if item.path.relative_to(ROOT / "tests").as_posix() in SPAWNING:
             item.add_marker(pytest.mark.spawns)
-        if item.get_closest_marker("xdist_group") is None:
-            package = module.split("/")[0]
-            group = ("serial" if module in SERIAL else
-                     package if package in WHOLE_PACKAGES else module)
-            item.add_marker(pytest.mark.xdist_group(group))
 
 
 def pytest_unconfigure(config):
