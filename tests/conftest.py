@@ -92,6 +92,9 @@ def pytest_xdist_make_scheduler(config, log):
     ``xdist_group`` marks without effect: the group never reaches the node id)."""
     from xdist.scheduler import LoadScopeScheduling
 
+    if config.getoption("dist") != "loadscope":  # e.g. `--dist each` (test_xdist_isolation)
+        return None
+
     class ByWorkUnit(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
             return work_unit(nodeid)
