@@ -84,14 +84,26 @@ def xcodec1_env(args: argparse.Namespace, names: list[str]) -> dict[str, str]:
     return {}
 
 
-def wait_ready(proc: subprocess.Popen, log: Path, what: str, timeout_s: float) -> None:
+def wait_ready(proc: subprocess.Popen, log: Path, what: str, timeout_s: float,
+               api: subprocess.Popen | None = None) -> None:
+    """Until the worker's log has Celery's ready line, read as it grows (an engine's load
+    logs a lot; each look reads only what was added since the last). An ``api`` starting
+    meanwhile that exits ends the wait at once, not after the engine's load."""
     deadline = time.monotonic() + timeout_s
-    while not READY.search(log.read_text(errors="replace")):
-        if proc.poll() is not None:
-            raise RuntimeError(f"{what} exited; see {log}")
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"{what} not ready after {timeout_s:.0f} s; see {log}")
-        time.sleep(0.5)
+    with log.open("rb") as f:
+        line = b""  # the last line read, or what of it was written yet
+        while True:
+            lines = (line + f.read()).split(b"\n")
+            line = lines[-1]
+            if any(READY.search(text.decode(errors="replace")) for text in lines):
+                return
+            if proc.poll() is not None:
+                raise RuntimeError(f"{what} exited; see {log}")
+            if api is not None and api.poll() is not None:
+                raise RuntimeError(f"the API exited; see {log.parent / 'api.log'}")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{what} not ready after {timeout_s:.0f} s; see {log}")
+            time.sleep(0.1)
 
 
 def stop(proc: subprocess.Popen, grace_s: float) -> tuple[float, bool]:
@@ -133,7 +145,7 @@ def submit(api: httpx.Client, name: str) -> dict:
 
 
 def run_one(name: str, env: dict[str, str], home: Path, gpu: str, api: httpx.Client,
-            args: argparse.Namespace) -> dict:
+            args: argparse.Namespace, server: subprocess.Popen | None = None) -> dict:
     from core.settings import Settings
     from media.probe import probe_audio, probe_video
     from media.validate import rms
@@ -148,8 +160,10 @@ def run_one(name: str, env: dict[str, str], home: Path, gpu: str, api: httpx.Cli
     started = time.monotonic()
     worker = spawn(["worker", "--pipeline", name, "--gpu", gpu], env, log)
     try:
-        wait_ready(worker, log, f"{name} worker", args.ready_timeout)
+        wait_ready(worker, log, f"{name} worker", args.ready_timeout, server)
         ready_s = time.monotonic() - started
+        if server is not None:  # started with the first worker: up by now, or soon
+            wait_api(server, api, home / "api.log")
         submitted = time.monotonic()
         job = submit(api, name)
         wall_s = time.monotonic() - submitted
@@ -221,21 +235,21 @@ def main() -> None:
                OMNIJOBS_PIPELINE_OPTIONS=json.dumps(pipeline_options(args)),
                **xcodec1_env(args, names))
     os.environ.update({k: v for k, v in env.items() if k.startswith("OMNIJOBS_")})
-    subprocess.run([sys.executable, "-m", "omnijobs.cli", "migrate"], env=env, cwd=ROOT,
-                   check=True, capture_output=True)
     from core.settings import Settings
     from storage.db import make_engine, make_sessionmaker
+    from storage.migrate import upgrade
     from storage.repositories import KeyRepository
 
+    upgrade(Settings().db_url)  # as `omnijobs migrate` does, without a process of its own
     _, key = KeyRepository(make_sessionmaker(make_engine(Settings().db_url))).create_key("smoke")
     port = free_port()
+    # The API starts while the first worker loads (it needs no GPU); a job waits for both.
     server = spawn(["api", "--port", str(port)], env, home / "api.log")
     try:
         with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30,
                           headers={"Authorization": f"Bearer {key}"}) as api:
-            wait_api(server, api, home / "api.log")
             rows = [run_one(name, env, home, args.t2va_gpus if name == "minimax-h3"
-                            else args.gpu, api, args) for name in names]
+                            else args.gpu, api, args, server) for name in names]
     finally:
         stop(server, 30)
     print(json.dumps(rows, indent=2))

@@ -5,6 +5,7 @@ counts on, after its queue is in place, and leaves no queued job behind."""
 from __future__ import annotations
 
 import json
+import subprocess
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -14,9 +15,10 @@ from pathlib import Path
 
 import httpx
 import pytest
-from sqlalchemy import text
+from sqlalchemy import Engine, text
 
-from storage.db import make_engine
+from storage.db import make_engine, make_sessionmaker
+from storage.repositories import KeyRepository
 
 from ..conftest import migrated_database
 from ..fleet.conftest import light_env
@@ -29,21 +31,44 @@ INSTANT, PACED = "test-instant", "test-paced"
 class FairStack(Stack):
     home: Path = Path()
     db_url: str = ""
+    _engine: Engine | None = None
+
+    @property
+    def engine(self) -> Engine:
+        """One pool for every read and write the tests make here: a poll every 0.2 s
+        does not open a connection (a server process) each time."""
+        if self._engine is None:
+            self._engine = make_engine(self.db_url)
+        return self._engine
 
     def start_worker(self, name: str, pipeline: str) -> Process:
-        proc = spawn(name, ["worker", "--pipeline", pipeline], self.env, self.home)
-        self.processes[name] = proc
-        wait_until(lambda: proc.proc.poll() is None and " ready." in proc.log.read_text(),
-                   300, name)
-        return proc
+        return self.start_workers(pipeline, name)[0]
+
+    def start_workers(self, pipeline: str, *names: str) -> list[Process]:
+        """A worker per name, all started at once (a start is mostly imports, which
+        need not wait for each other), each waited for until it consumes."""
+        procs = [spawn(name, ["worker", "--pipeline", pipeline], self.env, self.home)
+                 for name in names]
+        for proc in procs:
+            self.processes[proc.name] = proc
+        for proc in procs:
+            wait_until(lambda p=proc: p.proc.poll() is None and " ready." in
+                       p.log.read_text(), 300, proc.name)
+        return procs
+
+    def stop(self) -> None:
+        stop_together(list(self.processes.values()))
+        if self._engine is not None:
+            self._engine.dispose()
+
+    def new_key(self, tenant: str) -> str:
+        """A new key for the tenant, made as ``omnijobs keys create`` makes it, in this
+        process rather than in a CLI process of its own."""
+        return KeyRepository(make_sessionmaker(self.engine)).create_key(tenant)[1]
 
     def rows(self, statement: str, **params) -> list:
-        engine = make_engine(self.db_url)
-        try:
-            with engine.connect() as conn:
-                return conn.execute(text(statement), params).all()
-        finally:
-            engine.dispose()
+        with self.engine.connect() as conn:
+            return conn.execute(text(statement), params).all()
 
     def finished_since(self, pipeline: str, since: datetime) -> list[tuple[str, datetime]]:
         """(tenant, completed_at) of the pipeline's jobs completed since ``since``, in
@@ -55,10 +80,23 @@ class FairStack(Stack):
 
     def clear(self) -> None:
         """What a test left queued is cancelled, so the next test's queue is its own."""
-        engine = make_engine(self.db_url)
-        with engine.begin() as conn:
+        with self.engine.begin() as conn:
             conn.execute(text("UPDATE jobs SET status = 'cancelled' WHERE status = 'queued'"))
-        engine.dispose()
+
+
+def stop_together(procs: list[Process]) -> None:
+    """SIGTERM to each at once, then each waited for (killed past 20 s, as
+    ``Process.stop`` does): a worker's drain and warm shutdown take seconds, which
+    stopping them one after another would add up."""
+    live = [p for p in procs if p.proc.poll() is None]
+    for p in live:
+        p.proc.terminate()
+    for p in live:
+        try:
+            p.proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            p.proc.kill()
+            p.proc.wait()
 
 
 @pytest.fixture(scope="package")
@@ -96,8 +134,8 @@ def stack(tmp_path_factory) -> Iterator[FairStack]:
 @pytest.fixture
 def fair(stack) -> Iterator[FairStack]:
     yield stack
-    for name in [n for n in stack.processes if n not in ("api", "maintenance")]:
-        stack.processes.pop(name).stop()
+    stop_together([stack.processes.pop(name) for name in list(stack.processes)
+                   if name not in ("api", "maintenance")])
     stack.clear()
 
 

@@ -62,8 +62,7 @@ def read_estimates(st: FairStack, key: str, job_ids: list[str]) -> dict[str, tup
 
 def test_estimates_match_the_real_drain(fair: FairStack):
     x, y = fair.new_key("eta-x"), fair.new_key("eta-y")
-    for i in range(WORKERS):
-        fair.start_worker(f"eta-{i}", PACED)
+    fair.start_workers(PACED, *(f"eta-{i}" for i in range(WORKERS)))
     wait_done(fair, submit_many(fair, x, PACED, 12, "warm-up"))  # the pace, measured
     xs = submit_many(fair, x, PACED, 40, "x")
     ys = submit_many(fair, y, PACED, 20, "y")

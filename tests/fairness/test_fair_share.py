@@ -7,6 +7,9 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime
 
+from storage.db import make_sessionmaker
+from storage.repositories.shares import ShareRepository
+
 from ..services import wait_until
 from .conftest import INSTANT, FairStack, submit_many, wait_done
 
@@ -36,8 +39,7 @@ def test_a_small_tenant_is_not_stuck_behind_a_big_one(fair: FairStack):
     queued_at = datetime.now(UTC)
     b_jobs = submit_many(fair, b_key, INSTANT, SMALL, "b")
     # Two workers start with a thousand of a's messages ahead of b's ten.
-    for i in range(2):
-        fair.start_worker(f"fair-{i}", INSTANT)
+    fair.start_workers(INSTANT, "fair-0", "fair-1")
     wait_done(fair, b_jobs)
     rank = rank_of_last(fair.finished_since(INSTANT, queued_at), tenant_id(fair, "fair-b"),
                         SMALL)
@@ -68,8 +70,7 @@ def test_a_small_batch_is_not_stuck_behind_a_big_one(fair: FairStack):
         upload_batch(a, BIG, "a")
         queued_at = datetime.now(UTC)
         small = upload_batch(b, SMALL, "b")
-        for i in range(2):
-            fair.start_worker(f"bulk-{i}", INSTANT)
+        fair.start_workers(INSTANT, "bulk-0", "bulk-1")
         wait_until(lambda: b.get(f"/v1/batches/{small}").json()["request_counts"]
                    ["completed"] == SMALL, 90, "the small batch's jobs")
     rank = rank_of_last(fair.finished_since(INSTANT, queued_at), tenant_id(fair, "bulk-b"),
@@ -80,7 +81,8 @@ def test_a_small_batch_is_not_stuck_behind_a_big_one(fair: FairStack):
 
 def test_weights_three_to_one_split_the_service_three_to_one(fair: FairStack):
     heavy, light = fair.new_key("weight-3"), fair.new_key("weight-1")
-    fair.cli("tenants", "weight", "weight-3", "3")
+    # as `omnijobs tenants weight weight-3 3` sets it, without a CLI process
+    ShareRepository(make_sessionmaker(fair.engine)).set_weight("weight-3", 3)
     submit_many(fair, heavy, INSTANT, 300, "h")
     submit_many(fair, light, INSTANT, 300, "l")
     started = datetime.now(UTC)
