@@ -197,10 +197,6 @@ def start_sides(stack: ExitStack, args: argparse.Namespace, work: Path,
     start)."""
     redis = start_redis(stack, work)
     sw = seaweedfs(stack, work)
-    # Its folder is deleted when the run ends: no need for a clean stop, which `weed
-    # server` 4.48 takes 15-25 s over (its filer's 15 s gRPC grace, then the volume
-    # server's 10 s preStop), past the 10 s that sw.stop() grants before killing it.
-    stack.callback(lambda: sw.proc.kill())
     trees = [Tree(label=f"this tree, {git_commit(ROOT)}", path=ROOT)]
     if args.ref:
         (work / "checkout").mkdir()

@@ -8,9 +8,7 @@ the longest any request waited for its answer during the stall)."""
 from __future__ import annotations
 
 import json
-import shutil
 import signal
-import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -73,30 +71,12 @@ class Chaos(Stack):
         return [n for n in ("worker-1", "worker-2")
                 if n in self.processes and self.processes[n].proc.poll() is None]
 
-    def stop(self) -> None:
-        stop_together(list(self.processes.values()))
-
     def worker_records(self) -> list[dict]:
         records = []
         for path in self.home.glob("worker*.log"):
             records += [json.loads(line) for line in path.read_text().splitlines()
                         if line.startswith("{")]
         return records
-
-
-def stop_together(procs: list[Process]) -> None:
-    """``Process.stop`` for several at once: SIGTERM to every one, then wait for them all
-    (each drains on its own; one after another, their drains would add up)."""
-    live = [p for p in procs if p.proc.poll() is None]
-    for proc in live:
-        proc.proc.terminate()
-    deadline = time.monotonic() + 20
-    for proc in live:
-        try:
-            proc.proc.wait(max(0.1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            proc.proc.kill()
-            proc.proc.wait()
 
 
 def until(check, timeout: float) -> bool:
@@ -161,15 +141,6 @@ class Load:
         self.thread.join(120)
 
 
-def _kill_store(sw) -> None:
-    """The fixture's own teardown: SIGKILL at once (``SeaweedFS.stop`` sends SIGTERM,
-    which weed's filer answers with a 15 s graceful stop, then kills it after 10 s)."""
-    if sw.proc.poll() is None:
-        sw.proc.kill()
-        sw.proc.wait()
-    shutil.rmtree(sw.workdir, ignore_errors=True)
-
-
 @pytest.fixture(scope="package")
 def chaos(tmp_path_factory) -> Iterator[Chaos]:
     home = tmp_path_factory.mktemp("chaos")
@@ -203,7 +174,7 @@ def chaos(tmp_path_factory) -> Iterator[Chaos]:
         yield st
     finally:
         st.stop()
-        _kill_store(sw)
+        sw.stop()  # killed: its folder goes next
         redis.stop()
         next(db, None)
 

@@ -12,8 +12,8 @@ from urllib.parse import urlsplit
 import httpx
 
 from ..proxy import Proxy, through
-from ..services import free_port, spawn, wait_until
-from .conftest import ASYNC, Chaos, Load, settle, stop_together, tally, until
+from ..services import free_port, spawn, stop_all, wait_until
+from .conftest import ASYNC, Chaos, Load, settle, tally, until
 
 # Each outage lasts until what it is meant to cause has been seen (each test says what),
 # and at most this long; the assertions after it then say what was not.
@@ -159,7 +159,7 @@ def test_database_stalled_under_an_api_and_a_worker(chaos: Chaos):
         assert "not renewed within" in worker.log.read_text()
     finally:
         proxy.close()
-        stop_together([chaos.processes.pop(name) for name in ("api-stalled", "worker-stalled")
+        stop_all([chaos.processes.pop(name) for name in ("api-stalled", "worker-stalled")
                        if name in chaos.processes])
     assert counts.lost == 0 and counts.duplicated == 0
     assert counts.completed == counts.submitted

@@ -5,7 +5,6 @@ counts on, after its queue is in place, and leaves no queued job behind."""
 from __future__ import annotations
 
 import json
-import subprocess
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -17,12 +16,11 @@ import httpx
 import pytest
 from sqlalchemy import Engine, text
 
-from storage.db import make_engine, make_sessionmaker
-from storage.repositories import KeyRepository
+from storage.db import make_engine
 
 from ..conftest import migrated_database
 from ..fleet.conftest import light_env
-from ..services import Process, Stack, free_port, redis_url, spawn, wait_until
+from ..services import Process, Stack, free_port, redis_url, spawn, stop_all, wait_until
 
 INSTANT, PACED = "test-instant", "test-paced"
 
@@ -57,14 +55,9 @@ class FairStack(Stack):
         return procs
 
     def stop(self) -> None:
-        stop_together(list(self.processes.values()))
+        stop_all(list(self.processes.values()))
         if self._engine is not None:
             self._engine.dispose()
-
-    def new_key(self, tenant: str) -> str:
-        """A new key for the tenant, made as ``omnijobs keys create`` makes it, in this
-        process rather than in a CLI process of its own."""
-        return KeyRepository(make_sessionmaker(self.engine)).create_key(tenant)[1]
 
     def rows(self, statement: str, **params) -> list:
         with self.engine.connect() as conn:
@@ -82,21 +75,6 @@ class FairStack(Stack):
         """What a test left queued is cancelled, so the next test's queue is its own."""
         with self.engine.begin() as conn:
             conn.execute(text("UPDATE jobs SET status = 'cancelled' WHERE status = 'queued'"))
-
-
-def stop_together(procs: list[Process]) -> None:
-    """SIGTERM to each at once, then each waited for (killed past 20 s, as
-    ``Process.stop`` does): a worker's drain and warm shutdown take seconds, which
-    stopping them one after another would add up."""
-    live = [p for p in procs if p.proc.poll() is None]
-    for p in live:
-        p.proc.terminate()
-    for p in live:
-        try:
-            p.proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            p.proc.kill()
-            p.proc.wait()
 
 
 @pytest.fixture(scope="package")
@@ -134,7 +112,7 @@ def stack(tmp_path_factory) -> Iterator[FairStack]:
 @pytest.fixture
 def fair(stack) -> Iterator[FairStack]:
     yield stack
-    stop_together([stack.processes.pop(name) for name in list(stack.processes)
+    stop_all([stack.processes.pop(name) for name in list(stack.processes)
                    if name not in ("api", "maintenance")])
     stack.clear()
 
