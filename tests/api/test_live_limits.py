@@ -54,6 +54,7 @@ def test_n_streams_cost_one_query_per_interval(make_api, api_db):
     api = make_api(event_resync_s=0.1, event_stream_max_s=1.5, event_heartbeat_s=10)
     key = new_key(api_db, "resync-" + uuid.uuid4().hex[:8])
     reads: list[str] = []
+    resyncs: list[str] = []  # JobRepository.states: the one read that serves every stream
 
     standing: list[str] = []  # the queue events' reads of where a queued job stands
 
@@ -61,6 +62,9 @@ def test_n_streams_cost_one_query_per_interval(make_api, api_db):
         if ("count(" in statement or "job_attempts" in statement or "tenants" in statement
                 or "row_number" in statement):
             standing.append(str(parameters))
+        elif statement.startswith("SELECT jobs.id, jobs.status, jobs.attempts, jobs.progress "
+                                  "\nFROM jobs"):
+            resyncs.append(str(parameters))
         elif "FROM jobs" in statement:
             reads.append(str(parameters))
 
@@ -77,13 +81,15 @@ def test_n_streams_cost_one_query_per_interval(make_api, api_db):
         return ids
 
     ids = asyncio.run(run())
-    named = [sum(i in r for i in ids) for r in reads]
+    named = [sum(i in r for i in ids) for r in resyncs + reads]
     assert 0 not in named  # every read of the jobs table was for these streams
-    assert named.count(len(ids)) >= 3  # the resync ran, over all ten jobs at once
+    # The resync ran, over all ten jobs at once. (A tick while only some streams were
+    # open, as they start or end on a loaded machine, names fewer: still one query.)
+    assert [sum(i in r for i in ids) for r in resyncs].count(len(ids)) >= 3, resyncs
     # Apart from it, each stream read its job only as it started (the route's lookup and
     # the first read), however long it stayed open.
-    alone = [r for r, n in zip(reads, named, strict=True) if n == 1]
-    assert all(sum(i in r for r in alone) <= 2 for i in ids), alone
+    assert all(sum(i in r for i in ids) == 1 for r in reads), reads
+    assert all(sum(i in r for r in reads) <= 2 for i in ids), reads
     # A queued job's place (its ``queue`` events): its own index count as its stream
     # starts, then the lane's board (one query ranking every stream's job, at most once
     # per QUEUE_EVENT_S: here at most once more within the 1.5 s), beside one picture of
