@@ -58,8 +58,11 @@ SPAWNING = {
 
 def pytest_configure(config):
     """Each xdist worker (or a run without xdist) starts its own PostgreSQL and Redis on
-    first use (tests/services.py): no worker sees another's queues, rows or connections."""
+    first use (tests/services.py): no worker sees another's queues, rows or connections.
+    The fake engine's decode steps cost no time here (inherited by the processes tests
+    start): the tests about batching and time give it a step cost of their own."""
     own_services()
+    os.environ.setdefault("FAKE_OMNI_STEP_COST_S", "0,0")
 
 
 @pytest.fixture(scope="session", autouse=True)

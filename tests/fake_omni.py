@@ -21,11 +21,20 @@ Behaviour per engine:
   clip's length, as a real decoder's is not), or pre-encoded MP4s written like vLLM-Omni's
   ``mux_av_video_audio_bytes`` (index at the end, no faststart) with ``audio: [None]``.
 
+Audex requests are batched as vLLM batches them (``StepScheduler``): each stage holds at
+most its deploy's ``max_num_seqs`` sequences (a guided request's unconditional companion
+is a second stage-0 sequence), a request beyond them waits inside the engine, first come
+first served, and every decode step emits one codec frame for each running request and
+costs ``STEP_BASE_S + STEP_PER_SEQ_S x running sequences``. The engine keeps the peak
+number of sequences it held (``peak_seqs``; ``stats_file`` writes it out of process), and
+while ``hold_file`` exists it admits requests but runs no step (a GPU held still, so a
+test can see what it was given).
+
 Prompt markers choose failure behaviour: ``[silent]``, ``[slow]`` (for H3: 6 ms per
 frame of every clip before its one answer), ``[die]`` (once per
 ``die_marker`` file), ``[model_outputs]``, ``[hang]``, ``[engine-abort]``,
 ``[guardrail]`` (a GuardrailViolationError, i.e. an OmniClientError) and ``[drawl]`` (a
-speaker four times slower than usual).
+speaker four times slower than usual). ``[slow]`` Audex speech takes at least 10 ms a frame.
 """
 
 from __future__ import annotations
@@ -34,9 +43,11 @@ import asyncio
 import copy
 import importlib.metadata
 import io
+import json
 import math
 import os
 import re
+from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -139,7 +150,8 @@ ENTRYPOINT_KWARGS = frozenset({
     "stage_init_timeout", "init_timeout", "log_stats", "enable_ar_profiler", "async_chunk",
     "output_modalities", "tts_batch_max_items", "tokenizer", "trust_remote_code",
     "enable_orch_monitor", "omni_master_address", "omni_master_port", "omni_dp_size_local",
-    "omni_lb_policy", "omni_heartbeat_timeout", "parallel_stage_init", "die_marker"})
+    "omni_lb_policy", "omni_heartbeat_timeout", "parallel_stage_init",
+    "die_marker", "hold_file", "stats_file", "step_cost_s"})  # the fake's own, these four
 REMOVED_KWARGS = {"diffusion_batch_size": "max_num_seqs",  # omni_base.py:192-196
                   "log_requests": "log_stats"}
 FAKE_VLLM_VERSION = "0.30.0"  # the vllm the fake stands in for: vllm-omni 0.30.0's line
@@ -272,6 +284,168 @@ def codec_chunks(full: np.ndarray) -> list[np.ndarray]:
     return [full[a:b] for a, b in zip(bounds, bounds[1:], strict=False) if a < len(full)]
 
 
+# ---- batching: vLLM's step scheduler, as far as Audex shows it -------------------------
+
+# One decode step of an Audex deploy on one Hopper-class GPU. Chosen and stated, not
+# measured here (no GPU runs vLLM on this project's machines): a step of a 2B-parameter
+# thinker reads its bf16 weights once whatever the batch (4 GB at 3.35 TB/s is 1.2 ms),
+# and vLLM's scheduling, sampling, the CFG logits processor and the code2wav stage's
+# share bring a small model's step to a few milliseconds; each sequence adds its KV
+# reads and its sampler row, a small fraction of that. So 8 sequences cost 1.2x one.
+STEP_BASE_S = 0.006
+STEP_PER_SEQ_S = 0.00015
+SLOW_FRAME_S = 0.01  # "[slow]" speech: at least this long a codec frame
+HOLD_POLL_S = 0.01
+
+
+def step_cost(given: Any = None) -> tuple[float, float]:
+    """(base, per sequence) seconds of a step: the engine argument ``step_cost_s``, else
+    ``FAKE_OMNI_STEP_COST_S`` ("base,per_seq"; the test suite sets "0,0", so tests that
+    are not about time do not wait for it), else the Hopper figures above."""
+    if given is None and os.environ.get("FAKE_OMNI_STEP_COST_S"):
+        given = os.environ["FAKE_OMNI_STEP_COST_S"].split(",")
+    base, per_seq = given if given is not None else (STEP_BASE_S, STEP_PER_SEQ_S)
+    return float(base), float(per_seq)
+
+
+def stage_max_num_seqs(deploy_config: str, kwargs: Mapping[str, Any]) -> tuple[int, ...]:
+    """Each stage's ``max_num_seqs``: the deploy yaml's, under an engine argument
+    ``max_num_seqs`` (every stage) or ``stage_<i>_max_num_seqs`` (one)."""
+    stages = src.deploy(deploy_config)["stages"]
+    return tuple(int(kwargs.get(f"stage_{i}_max_num_seqs") or kwargs.get("max_num_seqs")
+                     or stage.get("max_num_seqs") or 1) for i, stage in enumerate(stages))
+
+
+@dataclass
+class Running:
+    """One request in the scheduler: the frames it will emit, the frame counts at which
+    an output is due, and the stage-0 sequences it holds (two when guided)."""
+
+    request_id: str
+    frames: int
+    boundaries: list[int]
+    seqs: int
+    emit: Any  # (frames done, finished) -> output or None
+    out: asyncio.Queue = field(default_factory=asyncio.Queue)
+    frame_s: float = 0.0
+    done: int = 0
+    next_at: float = 0.0
+    aborted: bool = False
+
+
+class StepScheduler:
+    """Admits waiting requests while every stage has room (first come, first served: the
+    head of the queue that does not fit holds the rest back, as vLLM's FCFS policy
+    does), then steps: each running request emits one frame per step."""
+
+    def __init__(self, capacity: tuple[int, ...], cost_s: tuple[float, float],
+                 hold_file: str | None = None, stats_file: str | None = None) -> None:
+        self.capacity, self.cost_s = capacity, cost_s
+        self.hold_file, self.stats_file = hold_file, stats_file
+        self.waiting: deque[Running] = deque()
+        self.running: list[Running] = []
+        self.peak_seqs = self.steps = 0
+        self._wake = asyncio.Event()
+        self._task = asyncio.get_running_loop().create_task(self._run())
+
+    def alive(self) -> bool:
+        return (not self._task.done()
+                and self._task.get_loop() is asyncio.get_running_loop())
+
+    def need(self, r: Running) -> list[int]:
+        """Sequences per stage: stage 0 holds the companion, the later stages do not."""
+        return [r.seqs] + [1] * (len(self.capacity) - 1)
+
+    def held(self) -> list[int]:
+        held = [0] * len(self.capacity)
+        for r in self.running:
+            held = [h + n for h, n in zip(held, self.need(r), strict=True)]
+        return held
+
+    def submit(self, r: Running) -> None:
+        if any(n > c for n, c in zip(self.need(r), self.capacity, strict=True)):
+            raise ValueError(f"request {r.request_id} needs {r.seqs} sequences; stage 0 "
+                             f"holds at most {self.capacity[0]}")
+        self.waiting.append(r)
+        self._wake.set()
+
+    def abort(self, request_id: str) -> None:
+        for r in [*self.waiting, *self.running]:
+            if r.request_id == request_id:
+                r.aborted = True
+        self._wake.set()
+
+    def _admit(self) -> None:
+        for r in [r for r in self.waiting if r.aborted]:
+            self.waiting.remove(r)
+            r.out.put_nowait(output(None, finished=True, reason="abort"))
+        while self.waiting:
+            head, held = self.waiting[0], self.held()
+            if any(h + n > c for h, n, c in
+                   zip(held, self.need(head), self.capacity, strict=True)):
+                break
+            self.running.append(self.waiting.popleft())
+        self.peak_seqs = max(self.peak_seqs, self.held()[0])
+
+    def _write_stats(self) -> None:
+        if not self.stats_file:
+            return
+        tmp = f"{self.stats_file}.tmp"
+        Path(tmp).write_text(json.dumps({
+            "peak_seqs": self.peak_seqs, "running_seqs": self.held()[0],
+            "running": [r.request_id for r in self.running],
+            "waiting": [r.request_id for r in self.waiting], "steps": self.steps}))
+        os.replace(tmp, self.stats_file)
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            before = ([r.request_id for r in self.running], len(self.waiting))
+            self._admit()
+            if before != ([r.request_id for r in self.running], len(self.waiting)):
+                self._write_stats()
+            if not self.running:
+                self._wake.clear()
+                await self._wake.wait()
+                continue
+            if self.hold_file and Path(self.hold_file).exists():
+                await self._abort_finished()
+                await asyncio.sleep(HOLD_POLL_S)
+                continue
+            base, per_seq = self.cost_s
+            await asyncio.sleep(base + per_seq * self.held()[0])
+            self._step(loop.time())
+            due = [r.next_at for r in self.running]
+            if due and min(due) > loop.time():  # only slow requests, none due yet
+                await asyncio.sleep(min(due) - loop.time())
+
+    def _step(self, now: float) -> None:
+        """One decode step: a frame for every running request that is due."""
+        self.steps += 1
+        for r in list(self.running):
+            if r.aborted:
+                self._finish(r, output(None, finished=True, reason="abort"))
+            elif r.next_at <= now:
+                r.done += 1
+                r.next_at = now + r.frame_s
+                made = r.emit(r.done, r.done >= r.frames) if r.done in r.boundaries else None
+                if made is not None:
+                    r.out.put_nowait(made)
+                if r.done >= r.frames:
+                    self._finish(r, None)
+
+    async def _abort_finished(self) -> None:
+        for r in [r for r in self.running if r.aborted]:
+            self._finish(r, output(None, finished=True, reason="abort"))
+
+    def _finish(self, r: Running, last: Any) -> None:
+        self.running.remove(r)
+        if last is not None:
+            r.out.put_nowait(last)
+        self._write_stats()
+        self._wake.set()
+
+
 class FakeOmni:
     def __init__(self, model: str, deploy_config: str | None = None, **kwargs: Any) -> None:
         check_engine_stack(fake_stack())  # as the production factory does, first
@@ -283,10 +457,16 @@ class FakeOmni:
         stages = topology(self.deploy_config)
         self.stages = tuple(name for name, _, _ in stages)
         self.max_model_len = stage0_yaml(self.deploy_config).get("max_model_len")
-        self.stage_configs = [SimpleNamespace(stage_pipeline_config=SimpleNamespace(
-            model_stage=name)) for name in self.stages]
+        self.max_num_seqs = stage_max_num_seqs(self.deploy_config, kwargs)
+        self.stage_configs = [SimpleNamespace(
+            stage_pipeline_config=SimpleNamespace(model_stage=name),
+            engine_args=SimpleNamespace(max_num_seqs=seqs))
+            for name, seqs in zip(self.stages, self.max_num_seqs, strict=True)]
         self.default_sampling_params_list = default_params(self.deploy_config)
         self.die_marker = kwargs.get("die_marker")
+        self.hold_file, self.stats_file = kwargs.get("hold_file"), kwargs.get("stats_file")
+        self.step_cost_s = step_cost(kwargs.get("step_cost_s"))
+        self._scheduler: StepScheduler | None = None
         self.tokenizer = FakeTokenizer()
         self.requests: list[dict] = []
         self.aborted: list[str] = []
@@ -296,6 +476,24 @@ class FakeOmni:
 
     async def abort(self, request_id: str, *, timeout: float | None = None) -> None:
         self.aborted.append(request_id)
+        if self._scheduler is not None:
+            self._scheduler.abort(request_id)
+
+    @property
+    def scheduler(self) -> StepScheduler:
+        """The step loop, on the loop the engine is driven from (built on first use)."""
+        if self._scheduler is None or not self._scheduler.alive():
+            self._scheduler = StepScheduler(self.max_num_seqs, self.step_cost_s,
+                                            self.hold_file, self.stats_file)
+        return self._scheduler
+
+    @property
+    def peak_seqs(self) -> int:
+        return self._scheduler.peak_seqs if self._scheduler is not None else 0
+
+    @property
+    def scheduler_steps(self) -> int:
+        return self._scheduler.steps if self._scheduler is not None else 0
 
     async def generate(self, prompt: dict, sampling_params: Any = None, request_id: str = "",
                        *, sampling_params_list: list | None = None,
@@ -345,35 +543,46 @@ class FakeOmni:
             yield output({key: tensor([]), "sr": sr}, finished=True, reason="stop")
             return
         full = speech(self._codes(text, params[0], seconds) * HOP / SR)
+        extra = params[0].extra_args or {}
+        seqs = 2 if float(extra.get("cfg_scale") or 1.0) > 1.0 else 1  # the companion
         if tta:  # XCodec decodes the full payload once (audex_tta.yaml:4-6)
-            yield output({key: full, "sr": sr}, finished=True, reason="stop")
-            return
-        async for out in self._stream(full, kind_name(params[-1].output_kind), key, sr,
-                                      request_id, "[slow]" in text):
+            frames = max(1, len(full) // HOP)
+            request = Running(request_id, frames, [frames], seqs, lambda _d, _f: output(
+                {key: full, "sr": sr}, finished=True, reason="stop"))
+        else:
+            request = self._speech_request(full, kind_name(params[-1].output_kind), key, sr,
+                                           request_id, seqs, "[slow]" in text)
+        self.scheduler.submit(request)
+        while True:
+            out = await request.out.get()
             yield out
+            if out.finished:
+                return
 
-    async def _stream(self, full: np.ndarray, kind: str, key: str, sr: list, request_id: str,
-                      slow: bool):
+    def _speech_request(self, full: np.ndarray, kind: str, key: str, sr: list,
+                        request_id: str, seqs: int, slow: bool) -> Running:
         """Output shapes per RequestOutputKind (outputs/output_processor.py:208-240, 325-327:
-        DELTA drains what it sent; other kinds consolidate the whole waveform)."""
+        DELTA drains what it sent; other kinds consolidate the whole waveform), one output
+        per two codec chunks."""
         chunks = codec_chunks(full) or [full]
         groups = [chunks[i:i + 2] for i in range(0, len(chunks), 2)]
-        done = 0
-        for i, group in enumerate(groups):
-            if request_id in self.aborted:
-                yield output(None, finished=True, reason="abort")
-                return
-            await asyncio.sleep(0.4 if slow else 0)
-            last = i == len(groups) - 1
-            done += sum(len(c) for c in group)
+        ends = np.cumsum([sum(len(c) for c in g) for g in groups]).tolist()
+        boundaries = [max(1, -(-end // HOP)) for end in ends]  # the frame each group ends on
+        by_frame = dict(zip(boundaries, range(len(groups)), strict=False))
+
+        def emit(done: int, last: bool) -> SimpleNamespace | None:
+            group = groups[by_frame[done]]
             if kind == "DELTA":
                 payload = np.concatenate(group) if last else list(group)
             elif kind == "FINAL_ONLY" and not last:
-                continue
+                return None
             else:
-                payload = full[:done].copy()
-            yield output({key: payload, "sr": sr}, finished=last,
-                         reason="stop" if last else None)
+                payload = full[:ends[by_frame[done]]].copy()
+            return output({key: payload, "sr": sr}, finished=last,
+                          reason="stop" if last else None)
+
+        return Running(request_id, boundaries[-1], boundaries, seqs, emit,
+                       frame_s=SLOW_FRAME_S if slow else 0.0)
 
     # ---- MiniMax-H3 --------------------------------------------------------------------
 
