@@ -47,6 +47,7 @@ import json
 import math
 import os
 import re
+import time
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -328,6 +329,7 @@ class Running:
     emit: Any  # (frames done, finished) -> output or None
     out: asyncio.Queue = field(default_factory=asyncio.Queue)
     frame_s: float = 0.0
+    times: list[float] = field(default_factory=lambda: [time.time()])  # in, admitted, out
     done: int = 0
     next_at: float = 0.0
     aborted: bool = False
@@ -345,6 +347,7 @@ class StepScheduler:
         self.waiting: deque[Running] = deque()
         self.running: list[Running] = []
         self.peak_seqs = self.steps = 0
+        self.timings: dict[str, list[float]] = {}  # request id: wall clock in, admitted, out
         self._wake = asyncio.Event()
         self._task = asyncio.get_running_loop().create_task(self._run())
 
@@ -384,6 +387,7 @@ class StepScheduler:
             if any(h + n > c for h, n, c in
                    zip(held, self.need(head), self.capacity, strict=True)):
                 break
+            head.times.append(time.time())
             self.running.append(self.waiting.popleft())
         self.peak_seqs = max(self.peak_seqs, self.held()[0])
 
@@ -394,7 +398,8 @@ class StepScheduler:
         Path(tmp).write_text(json.dumps({
             "peak_seqs": self.peak_seqs, "running_seqs": self.held()[0],
             "running": [r.request_id for r in self.running],
-            "waiting": [r.request_id for r in self.waiting], "steps": self.steps}))
+            "waiting": [r.request_id for r in self.waiting], "steps": self.steps,
+            "requests": self.timings}))
         os.replace(tmp, self.stats_file)
 
     async def _run(self) -> None:
@@ -440,6 +445,7 @@ class StepScheduler:
 
     def _finish(self, r: Running, last: Any) -> None:
         self.running.remove(r)
+        self.timings[r.request_id] = [*r.times, time.time()]
         if last is not None:
             r.out.put_nowait(last)
         self._write_stats()
