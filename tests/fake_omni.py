@@ -26,10 +26,10 @@ most its deploy's ``max_num_seqs`` sequences (a guided request's unconditional c
 is a second stage-0 sequence), a request beyond them waits inside the engine, first come
 first served, and every decode step emits one codec frame for each running request and
 costs ``STEP_BASE_S + STEP_PER_SEQ_S x running sequences``. The engine keeps the peak
-number of sequences it held (``peak_seqs``; ``stats_file`` writes it out of process, with each request's
-wall-clock times in, admitted and out), and
-while ``hold_file`` exists it admits requests but runs no step (a GPU held still, so a
-test can see what it was given).
+number of sequences it held (``peak_seqs``; ``stats_file`` writes it out of process,
+with each request's wall-clock times in, admitted and out), and while ``hold_file``
+exists it admits requests but runs no step (a GPU held still, so a test can see what it
+was given).
 
 Prompt markers choose failure behaviour: ``[silent]``, ``[slow]`` (for H3: 6 ms per
 frame of every clip before its one answer), ``[die]`` (once per
