@@ -49,9 +49,10 @@ def object_store(settings: Settings) -> str:
     return f"s3 {endpoint} bucket {settings.s3_bucket}"
 
 
-def describe(settings: Settings, role: str, pipelines: list[str] | None = None
-             ) -> tuple[str, dict[str, str]]:
-    """The start-up line of ``role`` and the same facts as fields (for JSON logs)."""
+def describe(settings: Settings, role: str, pipelines: list[str] | None = None,
+             slots: int | None = None) -> tuple[str, dict[str, str]]:
+    """The start-up line of ``role`` and the same facts as fields (for JSON logs); a
+    render worker says how many jobs it keeps in flight."""
     from omnijobs import __version__
 
     facts = {"role": role, "version": __version__, "mode": settings.mode,
@@ -61,11 +62,15 @@ def describe(settings: Settings, role: str, pipelines: list[str] | None = None
     line = (f"omnijobs {__version__} {role} starting: mode {facts['mode']}, database "
             f"{facts['database']}, broker {facts['broker']}, object store "
             f"{facts['object_store']}, pipelines {facts['pipelines'] or '-'}")
+    if slots is not None:
+        facts["slots"] = str(slots)
+        line += f", slots {slots}"
     return line, facts
 
 
-def log_start(settings: Settings, role: str, pipelines: list[str] | None = None) -> None:
-    line, facts = describe(settings, role, pipelines)
+def log_start(settings: Settings, role: str, pipelines: list[str] | None = None,
+              slots: int | None = None) -> None:
+    line, facts = describe(settings, role, pipelines, slots)
     log.info(line, extra={"startup": facts})
 
 

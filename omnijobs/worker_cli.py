@@ -54,9 +54,13 @@ def _run_worker(pipeline: list[str] | None, metrics_port: int | None, loglevel: 
 
         start_http_server(metrics_port)
     runtime.warm(names)  # a refusal here stays one line: the start-up line comes after
-    startup.log_start(settings, "worker", names)
+    startup.log_start(settings, "worker", names, runtime.slots.total)
     queues = [get_spec(n).queue for n in names]
-    argv = ["--quiet", "worker", "--pool=solo", "-Q", ",".join(queues),
+    # One job at a time on the solo pool; an engine with several slots gets as many
+    # render threads in this process, all feeding it (tasks/slots.py).
+    pool = (["--pool=solo"] if runtime.slots.total == 1
+            else ["--pool=threads", f"--concurrency={runtime.slots.total}"])
+    argv = ["--quiet", "worker", *pool, "-Q", ",".join(queues),
             f"--loglevel={loglevel}",
             "-n", f"omnijobs-{os.getpid()}@%h", "--without-gossip", "--without-mingle", "-E"]
     try:

@@ -11,6 +11,12 @@ start. Prompts come from vLLM-Omni's own Audex prompt builder. Classifier-free g
 pairs (``cfg_role``, ``cfg_pair_id``, ``cfg_null_prompt``) and the TTA RVQ mask are set
 here per job; callers may only choose ``cfg_scale``.
 
+Slots: a worker keeps as many Audex jobs in flight as the engine decodes at once, the
+smallest ``max_num_seqs`` of its stages (8 in every shipped Audex deploy), unless the
+option ``slots`` says otherwise; a guided job holds two (its unconditional companion is
+a sequence of its own, audex_tts.yaml:18-21). The tokenizer is shared by those jobs'
+threads behind a lock (a Rust-backed tokenizer refuses to be borrowed twice at once).
+
 Every stage streams DELTA outputs, as vLLM-Omni's speech server does for streaming
 (entrypoints/openai/serving_speech.py:1942-1955, entrypoints/utils.py:342-356): each
 output carries only the audio decoded since the previous one, so nothing is copied
@@ -32,6 +38,7 @@ import importlib
 import importlib.util
 import math
 import os
+import threading
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -41,13 +48,21 @@ from core.errors import ConfigurationError, EngineRejected, OutputInvalid
 from core.jobs import JobKind
 from media.validate import AudioBounds
 
-from .base import AudioPiece, Pipeline, PipelineSpec, RunContext, SpeechRequest
+from .base import (
+    AudioPiece,
+    Pipeline,
+    PipelineSpec,
+    RunContext,
+    SpeechRequest,
+    positive_slots,
+)
 from .omni_bridge import (
     OmniBridge,
     gpu_import,
     import_object,
     output_kind,
     scalar,
+    stage_max_num_seqs,
     to_numpy,
 )
 from .registry import register_pipeline
@@ -191,11 +206,26 @@ class AudexPipeline(Pipeline):
                                      f"config {deploy} builds a {found.upper()} engine")
         self._tokenizer = import_object(self.options.get("tokenizer_factory", TOKENIZER_FACTORY))(
             model, tokenizer_folder(self._bridge.stages))
+        self._tokenizer_lock = threading.Lock()
         self._context = int(self.options.get("max_model_len", self.context_tokens))
         self._prompts = prompt_module()
         self._rvq = tta_rvq(self._tokenizer) if self.mode == "tta" else None
         for _ in self.speech(SpeechRequest(input="Warm up."), RunContext(job_id="warmup")):
             pass  # one real request before the worker takes jobs
+
+    def slots(self) -> int:
+        if "slots" in self.options:
+            return positive_slots(self.options["slots"])
+        return min(stage_max_num_seqs(self._bridge.engine), default=1)
+
+    def cfg_scale(self, extra: dict[str, Any]) -> float | None:
+        """The job's guidance: its own ``cfg_scale``, else TTA's default."""
+        cfg_scale = extra.get("cfg_scale")
+        return TTA_DEFAULT_CFG if cfg_scale is None and self.mode == "tta" else cfg_scale
+
+    def slot_weight(self, request: dict[str, Any]) -> int:
+        cfg_scale = self.cfg_scale(request)  # a speech request's extra fields are its own
+        return 2 if cfg_scale is not None and cfg_scale > 1.0 else 1
 
     def cond_prompt(self, text: str) -> str:
         if self.mode == "tta":
@@ -209,7 +239,8 @@ class AudexPipeline(Pipeline):
         build = (self._prompts.build_tta_null_prompt if self.mode == "tta"
                  else self._prompts.build_null_prompt)
         try:
-            return build(cond, self._tokenizer)
+            with self._tokenizer_lock:
+                return build(cond, self._tokenizer)
         except ValueError as exc:
             raise EngineRejected(f"cfg_scale cannot be applied to this input ({exc}); send it "
                                  "without cfg_scale", code="cfg_unavailable") from exc
@@ -217,7 +248,8 @@ class AudexPipeline(Pipeline):
     def token_budget(self, cond: str, text: str, default: int | None) -> int:
         """Codec frames the thinker may emit for ``text``: what a slow speaker needs (at
         least the deploy's default), never more than the prompt leaves of the context."""
-        room = self._context - len(self._tokenizer.encode(cond))
+        with self._tokenizer_lock:
+            room = self._context - len(self._tokenizer.encode(cond))
         want = math.ceil((len(text) / SLOWEST_CHARS_PER_S + 2) * CODES_PER_S)
         return max(1, min(room, max(default or 0, want)))
 
@@ -236,8 +268,6 @@ class AudexPipeline(Pipeline):
         extra = stage0.extra_args
         if self._rvq is not None:
             extra["tta_rvq"] = self._rvq
-        if cfg_scale is None and self.mode == "tta":
-            cfg_scale = TTA_DEFAULT_CFG
         extra.pop("cfg_scale", None)
         if cfg_scale is not None and cfg_scale > 1.0:
             extra.update(cfg_scale=float(cfg_scale), cfg_role="cond", cfg_pair_id=request_id,
@@ -249,7 +279,7 @@ class AudexPipeline(Pipeline):
     def speech(self, request: SpeechRequest, ctx: RunContext) -> Iterator[AudioPiece]:
         cond = self.cond_prompt(request.input)
         request_id = f"{ctx.job_id}-{uuid.uuid4().hex[:8]}"
-        params = self.request_params(cond, request.input, request.extra.get("cfg_scale"),
+        params = self.request_params(cond, request.input, self.cfg_scale(request.extra),
                                      request_id)
         expected_s = TTA_MAX_SECONDS if self.mode == "tta" else max(1.0, len(request.input) / 14)
         samples = 0

@@ -10,7 +10,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from core.errors import InvalidRequest, clip
+from core.errors import ConfigurationError, InvalidRequest, clip
 from core.jobs import JobKind
 from media.audio import AudioMode
 from media.validate import AudioBounds
@@ -325,8 +325,26 @@ class Pipeline:
     def load(self) -> None:
         """Import heavy libraries and load weights. Default: nothing to load."""
 
+    def slots(self) -> int:
+        """How many jobs a worker keeps in flight on this pipeline (after ``load``): the
+        option ``slots``, else one. A CPU pipeline computes on the worker's own cores,
+        where a second job at once only splits them; an engine that batches says more."""
+        return positive_slots(self.options.get("slots", 1))
+
+    def slot_weight(self, request: dict[str, Any]) -> int:
+        """The slots one job of this request holds while it generates."""
+        return 1
+
     def speech(self, request: SpeechRequest, ctx: RunContext) -> Iterator[AudioPiece]:
         raise NotImplementedError(f"{self.spec.name} does not generate speech")
 
     def video(self, request: VideoRequest, ctx: RunContext) -> VideoResult:
         raise NotImplementedError(f"{self.spec.name} does not generate video")
+
+
+def positive_slots(value: Any) -> int:
+    """The ``slots`` option: a whole number of at least one."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigurationError(f"the pipeline option slots must be a whole number of at "
+                                 f"least 1, not {value!r}")
+    return value

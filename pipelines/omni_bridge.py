@@ -146,6 +146,21 @@ def stage_names(engine: Any) -> set[str]:
     return names
 
 
+def stage_max_num_seqs(engine: Any) -> list[int]:
+    """Each stage's ``max_num_seqs`` as the engine resolved it (the deploy yaml under any
+    engine-argument override): ``engine_args`` of each stage config
+    (config/stage_config.py:1278-1301), an attribute or a key."""
+    found = []
+    for stage in getattr(engine, "stage_configs", None) or []:
+        args = getattr(stage, "engine_args", None)
+        value = getattr(args, "max_num_seqs", None)
+        if value is None and isinstance(args, Mapping):
+            value = args.get("max_num_seqs")
+        if value is not None:
+            found.append(int(value))
+    return found
+
+
 def is_dead(engine: Any, exc: BaseException) -> bool:
     return bool(getattr(engine, "errored", False)) or "EngineDead" in type(exc).__name__
 

@@ -80,6 +80,7 @@ class Lease:
         self.max_runtime_s, self._on_timeout = max_runtime_s, on_timeout
         self.pipeline, self._in_flight = pipeline, in_flight
         self.handed_back = False
+        self.generated = False  # the engine's part is done; finalize may still run
         self.own_deadline = False  # max_runtime_s is the caller's max_run_s, not the pipeline's
         self.render: tuple[float, str | None] | None = None  # the attempt's time, once taken
         self._on_progress = on_progress  # a new progress is recorded: tell the listeners

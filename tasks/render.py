@@ -255,9 +255,26 @@ def run_job(rt: WorkerRuntime, app: Celery, job_id: str,
     """Returns an outcome, or the Future of the finalize stage it handed off. The message
     wakes its job's lane: the fairest ready job there is claimed, as long as some queued
     job still holds the message's dispatch ``token``; a draining worker claims nothing
-    (the message goes back to its queue for another worker)."""
-    if rt.drain.started:
+    (the message goes back to its queue for another worker). A claim waits for a free
+    engine slot (tasks/slots.py), and the job holds its slots until its generation ends."""
+    if rt.drain.started or not rt.slots.take(stop=lambda: rt.drain.started):
         raise Reject("the worker is draining", requeue=True)
+    held = 1
+    try:
+        job = claim(rt, job_id, token)
+        if isinstance(job, str):
+            return job
+        held += rt.slots.grow(rt.slot_weight(job.pipeline, job.request) - 1)
+        generated = render_claimed(rt, app, job)
+    finally:
+        rt.slots.give(held)
+    if isinstance(generated, str):
+        return generated
+    return rt.finalizer.submit(finish, rt, app, job, *generated)
+
+
+def claim(rt: WorkerRuntime, job_id: str, token: str | None) -> JobRecord | str:
+    """The job this message claims, or the outcome when it claims none to render."""
     if token is None:  # a message from before dispatch tokens: that job or nothing
         job = rt.jobs.claim(job_id, rt.worker_id, rt.settings.lease_s)
     else:
@@ -270,6 +287,12 @@ def run_job(rt: WorkerRuntime, app: Celery, job_id: str,
         return "expired"
     log.info("job %s claimed (attempt %d) on the message of job %s", job.id, job.attempts,
              job_id, extra={"job_id": job.id})
+    return job
+
+
+def render_claimed(rt: WorkerRuntime, app: Celery, job: JobRecord) -> str | tuple[Any, Lease]:
+    """Generate a claimed job under its lease: (output, lease) for finalize, or the
+    outcome when generation stopped."""
     notify(rt.bus, job.id, running=True)
     limit = rt.max_runtime_s(job.pipeline)
     own = job.max_run_s is not None and job.max_run_s < limit
@@ -290,7 +313,8 @@ def run_job(rt: WorkerRuntime, app: Celery, job_id: str,
         notify(rt.bus, job.id)
         JOBS_FINISHED.labels(job.pipeline, result).inc()
         return result
-    return rt.finalizer.submit(finish, rt, app, job, raw, lease)
+    lease.generated = True
+    return raw, lease
 
 
 START_RETRIES = 20  # about 20 minutes of a database (or runtime) that won't come up

@@ -2,7 +2,8 @@
 
 Built once per worker process. Pipelines are loaded (weights and all) the first
 time they are needed, or up front by ``warm()`` before the worker takes jobs; the
-worker runs the solo pool, so nothing that touched an accelerator is ever forked.
+worker runs the solo pool, or threads in this one process when its engine has several
+slots (tasks/slots.py), so nothing that touched an accelerator is ever forked.
 
 Scale-in is a drain (``Drain``): on SIGTERM or SIGINT the worker claims nothing more,
 gives the jobs it holds until the drain bound to finish, then hands each one still
@@ -47,7 +48,8 @@ from storage.repositories import (
 from .dispatch import publish_and_mark
 from .lease import InFlight
 from .pool import FinalizePool
-from .presence import Presence, describe
+from .presence import Presence, SlotView, describe
+from .slots import SlotGate
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +71,8 @@ class WorkerRuntime:
         self.check_line: Callable | None = None
         self.worker_id = f"{socket.gethostname()}:{os.getpid()}"
         self._pipelines: dict[str, Pipeline] = {}
+        self._loading = threading.Lock()  # render threads share the process's pipelines
+        self.slots = SlotGate(1)  # until warm() knows what the engines hold
         self.finalizer = FinalizePool(settings.finalize_backlog)
         self.restart_requested = False
         self.served: list[str] = []  # the pipelines this worker warmed and takes jobs for
@@ -90,20 +94,36 @@ class WorkerRuntime:
             return None
 
     def pipeline(self, name: str) -> Pipeline:
-        if name not in self._pipelines:
-            options = self.settings.pipeline_options.get(name, {})
-            instance = get_pipeline_class(name)(options)
-            instance.load()
-            self._pipelines[name] = instance
-        return self._pipelines[name]
+        with self._loading:
+            if name not in self._pipelines:
+                options = self.settings.pipeline_options.get(name, {})
+                instance = get_pipeline_class(name)(options)
+                instance.load()
+                self._pipelines[name] = instance
+            return self._pipelines[name]
 
     def max_runtime_s(self, name: str) -> float:
         return max_runtime_s(self.settings, name)
 
     def warm(self, names: list[str]) -> None:
+        """Load the served pipelines, and size the slots: the fewest any of them allows
+        (one engine per process; a worker that also serves a one-at-a-time pipeline
+        keeps to one)."""
         for name in names:
             self.pipeline(name)
         self.served = list(names)
+        self.slots = SlotGate(min((self.pipeline(n).slots() for n in names), default=1))
+
+    def slot_weight(self, pipeline: str, request: dict) -> int:
+        return self.pipeline(pipeline).slot_weight(request)
+
+    def slot_view(self) -> SlotView:
+        """What the engine holds now, for the registry."""
+        leases, busy = self.in_flight.leases(), self.slots.busy
+        generating = sum(1 for lease in leases if not lease.generated)
+        return SlotView(total=self.slots.total, busy=busy,
+                        finalizing=len(leases) - generating,
+                        jobs=tuple(lease.job_id for lease in leases))
 
     def announce(self, role: str = "worker") -> None:
         """Start this process's row in the worker registry (once it takes work)."""
@@ -112,7 +132,8 @@ class WorkerRuntime:
         self.presence = Presence(self.workers, describe(self.worker_id, role, self.served),
                                  self.settings.worker_heartbeat_s,
                                  current_job=self.in_flight.newest,
-                                 draining=lambda: self.drain.started).start()
+                                 draining=lambda: self.drain.started,
+                                 slots=self.slot_view).start()
         self.in_flight.on_change = self.presence.poke
 
     def retire(self) -> None:

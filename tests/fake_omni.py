@@ -49,6 +49,7 @@ import math
 import os
 import re
 import time
+import zlib
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -265,10 +266,12 @@ def tensor(values) -> np.ndarray:
     return np.asarray(values, dtype=np.float32)
 
 
-def speech(seconds: float) -> np.ndarray:
+def speech(seconds: float, text: str = "") -> np.ndarray:
+    """A voice whose pitch follows the text, so two requests' audio never match."""
     t = np.arange(int(round(seconds * SR))) / SR
     envelope = 0.5 + 0.5 * np.sin(2 * np.pi * 3 * t)
-    return tensor(0.3 * envelope * np.sin(2 * np.pi * 180 * t))
+    pitch = 150 + zlib.crc32(text.encode()) % 150
+    return tensor(0.3 * envelope * np.sin(2 * np.pi * pitch * t))
 
 
 def output(mm: dict | None = None, *, finished: bool, reason: str | None = None,
@@ -349,12 +352,11 @@ class StepScheduler:
         self.running: list[Running] = []
         self.peak_seqs = self.steps = 0
         self.timings: dict[str, list[float]] = {}  # request id: wall clock in, admitted, out
-        self._wake = asyncio.Event()
-        self._task = asyncio.get_running_loop().create_task(self._run())
+        self.loop = asyncio.get_running_loop()
+        self._task: asyncio.Task | None = None  # the step loop, while there is work
 
     def alive(self) -> bool:
-        return (not self._task.done()
-                and self._task.get_loop() is asyncio.get_running_loop())
+        return self.loop is asyncio.get_running_loop() and not self.loop.is_closed()
 
     def need(self, r: Running) -> list[int]:
         """Sequences per stage: stage 0 holds the companion, the later stages do not."""
@@ -371,13 +373,13 @@ class StepScheduler:
             raise ValueError(f"request {r.request_id} needs {r.seqs} sequences; stage 0 "
                              f"holds at most {self.capacity[0]}")
         self.waiting.append(r)
-        self._wake.set()
+        if self._task is None or self._task.done():
+            self._task = self.loop.create_task(self._run())
 
     def abort(self, request_id: str) -> None:
         for r in [*self.waiting, *self.running]:
             if r.request_id == request_id:
                 r.aborted = True
-        self._wake.set()
 
     def _admit(self) -> None:
         for r in [r for r in self.waiting if r.aborted]:
@@ -410,10 +412,8 @@ class StepScheduler:
             self._admit()
             if before != ([r.request_id for r in self.running], len(self.waiting)):
                 self._write_stats()
-            if not self.running:
-                self._wake.clear()
-                await self._wake.wait()
-                continue
+            if not self.running:  # idle: the next request starts the loop again
+                return
             if self.hold_file and Path(self.hold_file).exists():
                 await self._abort_finished()
                 await asyncio.sleep(HOLD_POLL_S)
@@ -450,7 +450,6 @@ class StepScheduler:
         if last is not None:
             r.out.put_nowait(last)
         self._write_stats()
-        self._wake.set()
 
 
 class FakeOmni:
@@ -549,7 +548,7 @@ class FakeOmni:
         if "[silent]" in text:  # zero codec tokens: an empty waveform on a finished output
             yield output({key: tensor([]), "sr": sr}, finished=True, reason="stop")
             return
-        full = speech(self._codes(text, params[0], seconds) * HOP / SR)
+        full = speech(self._codes(text, params[0], seconds) * HOP / SR, text)
         extra = params[0].extra_args or {}
         seqs = 2 if float(extra.get("cfg_scale") or 1.0) > 1.0 else 1  # the companion
         if tta:  # XCodec decodes the full payload once (audex_tta.yaml:4-6)

@@ -116,7 +116,8 @@ def test_every_process_logs_where_it_is_in_one_line(tmp_path, pg_with_password, 
                      "database": f"postgresql {host_port}/{name}",
                      "broker": "redis " + broker.removeprefix("redis://"),
                      "object_store": f"local {(tmp_path / 'home' / 'objects').resolve()}",
-                     "pipelines": pipelines}
+                     "pipelines": pipelines,
+                     **({"slots": "1"} if args[0] == "worker" else {})}  # CPU: one at a time
     message = startup_record(log)["message"]
     assert message.startswith(f"omnijobs {__version__} {args[0]} starting: mode production, ")
     assert f"database postgresql {host_port}/{name}" in message

@@ -121,9 +121,12 @@ def test_status_cancel_and_failures(batch_stack, key, tmp_path):
     assert manifest["too-fast"]["error"]["param"] == "speed"  # the endpoint's own 400
 
     slow = write_input(tmp_path / "slow.jsonl", 3, model="test-slow")  # never rendered here
+    # Ctrl-C as a terminal sends it, whatever the suite inherited: a shell's background
+    # job starts with SIGINT ignored, and Python then leaves it ignored.
     runner = subprocess.Popen([sys.executable, "-m", "omnijobs.cli", "batch", "run", str(slow),
                                "--out", str(tmp_path / "slow")], env=env, cwd=ROOT,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     state = tmp_path / "slow" / ".omnijobs-batch.json"
     wait_until(lambda: "batch_id" in json.loads(state.read_text()), 60, "the batch id")
     batch_id = json.loads(state.read_text())["batch_id"]
@@ -143,9 +146,12 @@ def test_status_cancel_and_failures(batch_stack, key, tmp_path):
 def test_ctrl_c_says_the_batch_keeps_running_and_how_to_resume(batch_stack, key, tmp_path):
     env = cli_env(batch_stack, key)
     slow = write_input(tmp_path / "slow.jsonl", 2, model="test-slow")  # never rendered here
+    # Ctrl-C as a terminal sends it, whatever the suite inherited: a shell's background
+    # job starts with SIGINT ignored, and Python then leaves it ignored.
     runner = subprocess.Popen([sys.executable, "-m", "omnijobs.cli", "batch", "run", str(slow),
                                "--out", str(tmp_path / "slow")], env=env, cwd=ROOT,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     state = tmp_path / "slow" / ".omnijobs-batch.json"
     wait_until(lambda: "batch_id" in json.loads(state.read_text()), 60, "the batch id")
     batch_id = json.loads(state.read_text())["batch_id"]

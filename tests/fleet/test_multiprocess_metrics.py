@@ -85,16 +85,20 @@ def test_a_workers_metrics_survive_its_restart(fleet, tmp_path):
                    {**fleet.env, "OMNIJOBS_PIPELINE_OPTIONS": json.dumps(options)}, tmp_path)
     url = f"http://127.0.0.1:{port}/metrics"
     finished = "omnijobs_jobs_finished_total"
-    try:
-        wait_until(lambda: " ready." in worker.log.read_text(), 90, "the worker")
-        with fleet.client(fleet.new_key("worker-metrics")) as c:
+    job_id = None
+    with fleet.client(fleet.new_key("worker-metrics")) as c:
+        try:
+            wait_until(lambda: " ready." in worker.log.read_text(), 90, "the worker")
             job_id = submit(c, "test-stuck")  # hangs once: the first child is recycled
+            # a fresh child's start and the retry's backoff: long on a loaded machine
             wait_until(lambda: c.get(f"/v1/jobs/{job_id}").json()["status"] == "completed",
-                       90, "the job to complete on a fresh child")
-        assert worker.log.read_text().count(" ready.") == 2
-        page = counters(url)
-        assert page[(finished, (("outcome", "timeout-retrying"), ("pipeline", "test-stuck")))] \
-            == 1  # counted by the recycled child
-        assert page[(finished, (("outcome", "completed"), ("pipeline", "test-stuck")))] == 1
-    finally:
-        worker.stop()
+                       180, "the job to complete on a fresh child")
+            assert worker.log.read_text().count(" ready.") == 2
+            page = counters(url)
+            assert page[(finished, (("outcome", "timeout-retrying"),
+                                    ("pipeline", "test-stuck")))] == 1  # the recycled child's
+            assert page[(finished, (("outcome", "completed"), ("pipeline", "test-stuck")))] == 1
+        finally:
+            worker.stop()
+            if job_id is not None:  # never left queued for the package's later tests
+                c.post(f"/v1/jobs/{job_id}/cancel")

@@ -1,0 +1,180 @@
+"""Eight Audex jobs in flight on one engine: a real worker process (Celery's threads,
+PostgreSQL, Redis, SeaweedFS) keeps as many jobs in its engine as the deploy's
+``max_num_seqs``, a guided job holding two, and each job stays a whole job: its own
+cancel, its own chunks, its own audio.
+
+The fake engine is held still (its hold file) while the jobs arrive, so what the worker
+gave it can be read from its stats file before any of them finishes; then it runs."""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+
+import httpx
+import pytest
+
+from ..services import spawn, wait_until
+from .helpers import decode, wait_job
+
+AUDEX = "nvidia/Nemotron-Labs-Audex-2B"
+WORD_S = 0.25  # the fake engine speaks a word in a quarter of a second
+
+
+class Engine:
+    """The worker's fake engine, seen from the test: its hold and stats files."""
+
+    def __init__(self, folder: Path) -> None:
+        self.hold, self.stats_file = folder / "hold", folder / "stats.json"
+
+    def stats(self) -> dict:
+        try:
+            return json.loads(self.stats_file.read_text())
+        except (FileNotFoundError, json.JSONDecodeError):
+            return {"peak_seqs": 0, "running_seqs": 0, "running": [], "waiting": []}
+
+    def running(self, job_ids: list[str]) -> list[str]:
+        """The jobs of ``job_ids`` whose engine request is running now."""
+        running = self.stats()["running"]
+        return [j for j in job_ids if any(r.startswith(f"{j}-") for r in running)]
+
+    def wait_running(self, job_ids: list[str]) -> None:
+        wait_until(lambda: self.running(job_ids) == job_ids, 60,
+                   f"{len(job_ids)} jobs in the engine")
+
+
+@pytest.fixture(scope="module")
+def engine(stack, tmp_path_factory):
+    """A worker serving Audex TTS with the deploy's 8 slots, its engine held until a test
+    lets it run."""
+    engine = Engine(tmp_path_factory.mktemp("slots-engine"))
+    env = dict(stack.env)
+    options = json.loads(env["OMNIJOBS_PIPELINE_OPTIONS"])
+    options["audex-tts"]["engine_kwargs"] = {"hold_file": str(engine.hold),
+                                             "stats_file": str(engine.stats_file)}
+    env["OMNIJOBS_PIPELINE_OPTIONS"] = json.dumps(options)
+    proc = spawn("slots-worker", ["worker", "--pipeline", "audex-tts"], env,
+                 stack.processes["worker"].log.parent)
+    stack.processes["slots-worker"] = proc
+    wait_until(lambda: "ready" in proc.log.read_text(), 120, "slots worker")
+    assert "slots 8" in proc.log.read_text()  # the deploy's max_num_seqs, as it starts
+    yield engine
+    engine.hold.unlink(missing_ok=True)
+    proc.stop()
+    del stack.processes["slots-worker"]
+
+
+@pytest.fixture(scope="module")
+def key(stack) -> str:
+    return stack.new_key("slots-tenant")
+
+
+@pytest.fixture
+def held(engine):
+    engine.hold.touch()
+    yield engine
+    engine.hold.unlink(missing_ok=True)
+
+
+def words(i: int) -> str:
+    """A text of its own for job ``i``: 3 + i words."""
+    return " ".join(["Slot", "job", f"number{i}"] + ["word"] * i)
+
+
+def submit(c: httpx.Client, text: str, **extra) -> str:
+    resp = c.post("/v1/audio/speech", headers={"Prefer": "respond-async"},
+                  json={"model": AUDEX, "input": text, "response_format": "wav", **extra})
+    assert resp.status_code == 202, resp.text
+    return resp.json()["id"]
+
+
+def assert_spoken(c: httpx.Client, job_id: str, text: str) -> None:
+    """Completed with the audio of its own text (its length, from its stored file)."""
+    job = wait_job(c, job_id, timeout=60)
+    assert job["status"] == "completed", job
+    seconds = WORD_S * len(text.split())  # to the codec frame (20 ms)
+    assert job["outputs"][0]["duration_s"] == pytest.approx(seconds, abs=0.021)
+    audio = decode(c.get(f"/v1/jobs/{job_id}/content").content, "wav")
+    assert audio.duration_s == pytest.approx(seconds, abs=0.021)
+
+
+def test_eight_jobs_are_in_flight_at_once(stack, held, key):
+    texts = [words(i) for i in range(8)]
+    with stack.client(key) as c:
+        ids = [submit(c, t) for t in texts]
+        held.wait_running(ids)
+        assert held.stats()["running_seqs"] == 8 and held.stats()["peak_seqs"] == 8
+        assert all(c.get(f"/v1/jobs/{i}").json()["status"] == "running" for i in ids)
+        held.hold.unlink()
+        for job_id, text in zip(ids, texts, strict=True):
+            assert_spoken(c, job_id, text)
+    assert held.stats()["peak_seqs"] == 8  # never more than the deploy allows
+
+
+def test_four_guided_jobs_fill_eight_sequences(stack, held, key):
+    """A guided job holds two slots: four fill the engine, and a fifth job is not
+    claimed (the worker holds no job it cannot start) until a pair ends."""
+    texts = [words(i) for i in range(5)]
+    with stack.client(key) as c:
+        guided = [submit(c, t, cfg_scale=3.0) for t in texts[:4]]
+        held.wait_running(guided)
+        assert held.stats()["running_seqs"] == 8
+        fifth = submit(c, texts[4])
+        assert held.stats()["waiting"] == []  # nothing queued inside the engine
+        assert c.get(f"/v1/jobs/{fifth}").json()["status"] == "queued"
+        held.hold.unlink()
+        for job_id, text in zip([*guided, fifth], texts, strict=True):
+            assert_spoken(c, job_id, text)
+    assert held.stats()["peak_seqs"] == 8
+
+
+def test_one_cancel_among_eight_ends_only_that_job(stack, held, key):
+    texts = [words(i) for i in range(8)]
+    with stack.client(key) as c:
+        ids = [submit(c, t) for t in texts]
+        held.wait_running(ids)
+        victim = ids[3]
+        assert c.post(f"/v1/jobs/{victim}/cancel").json()["status"] == "cancelled"
+        # its engine request is aborted; the seven others stay in the engine
+        wait_until(lambda: held.running(ids) == [i for i in ids if i != victim], 30,
+                   "the cancelled job's engine request to end")
+        held.hold.unlink()
+        for job_id, text in zip(ids, texts, strict=True):
+            if job_id != victim:
+                assert_spoken(c, job_id, text)
+        assert wait_job(c, victim)["status"] == "cancelled"
+        assert c.get(f"/v1/jobs/{victim}/content").status_code in (404, 409)
+
+
+def test_two_streams_in_flight_each_get_their_own_chunks_in_order(stack, held, key):
+    """Two streamed jobs decode in the engine together: each client's bytes are its own
+    job's stored audio exactly (its chunks, in order), and differ from the other's."""
+    texts = [words(9), words(12)]
+    got: dict[int, tuple[str, bytes]] = {}
+
+    def stream(i: int) -> None:
+        with httpx.Client(base_url=stack.base_url, timeout=60,
+                          headers={"Authorization": f"Bearer {key}"}) as c, c.stream(
+                "POST", "/v1/audio/speech", json={
+                    "model": AUDEX, "input": texts[i], "response_format": "pcm",
+                    "stream_format": "audio"}) as resp:
+            assert resp.status_code == 200, resp.read()
+            got[i] = (resp.headers["x-job-id"], b"".join(resp.iter_bytes()))
+
+    threads = [threading.Thread(target=stream, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    with stack.client(key) as c:
+        wait_until(lambda: len(held.stats()["running"]) >= 2, 60, "both streams in the engine")
+        held.hold.unlink()
+        for t in threads:
+            t.join(60)
+        assert sorted(got) == [0, 1], "a stream did not finish"
+        for i, (job_id, data) in got.items():
+            job = wait_job(c, job_id)
+            assert job["status"] == "completed", job
+            assert data == c.get(f"/v1/jobs/{job_id}/content").content
+            assert job["outputs"][0]["duration_s"] == pytest.approx(
+                WORD_S * len(texts[i].split()), abs=0.021)
+    assert got[0][1] != got[1][1][:len(got[0][1])]  # two voices, not one stream twice
