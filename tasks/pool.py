@@ -2,9 +2,11 @@
 
 A worker generates job k+1 while one thread validates, muxes, probes and uploads job
 k. ``backlog`` bounds how many generated results may wait for finalize, so a slow
-finalize holds generation back instead of filling memory. A process that dies with
-work in here loses nothing durable: those jobs' leases expire and the reaper
-re-queues them.
+finalize holds generation back instead of filling memory. A worker with several slots
+finalizes on as many threads, up to four: jobs that started together in one batch leave
+the engine in the same step, and one thread would upload them one after another. A
+process that dies with work in here loses nothing durable: those jobs' leases expire and
+the reaper re-queues them.
 """
 
 from __future__ import annotations
@@ -15,9 +17,9 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 
 class FinalizePool:
-    def __init__(self, backlog: int = 1) -> None:
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="finalize")
-        self._slots = threading.BoundedSemaphore(1 + backlog)
+    def __init__(self, backlog: int = 1, workers: int = 1) -> None:
+        self._executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="finalize")
+        self._slots = threading.BoundedSemaphore(workers + backlog)
 
     def submit(self, fn: Callable[..., str], *args) -> Future:
         self._slots.acquire()  # blocks generation when finalize is behind

@@ -113,6 +113,10 @@ class WorkerRuntime:
             self.pipeline(name)
         self.served = list(names)
         self.slots = SlotGate(min((self.pipeline(n).slots() for n in names), default=1))
+        if self.slots.total > 1:  # nothing was submitted to the one-thread pool yet
+            self.finalizer = FinalizePool(self.settings.finalize_backlog,
+                                          workers=min(MAX_FINALIZE_THREADS, self.slots.total))
+        self.store  # noqa: B018 - built now: not by the first upload, nor by two threads
 
     def slot_weight(self, pipeline: str, request: dict) -> int:
         return self.pipeline(pipeline).slot_weight(request)
@@ -165,6 +169,7 @@ def max_runtime_s(settings: Settings, name: str) -> float:
 
 
 RESTART_EXIT = 75  # EX_TEMPFAIL: "start me again"
+MAX_FINALIZE_THREADS = 4  # a batch's jobs that end together upload side by side (pool.py)
 HAND_BACK_GRACE_S = 5.0  # for a pipeline to notice a hand-back before the process exits
 
 

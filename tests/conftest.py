@@ -51,7 +51,8 @@ SPAWNING = {
     "integration/test_sync_handoff.py",
     "integration/test_usage_e2e.py", "integration/test_video_e2e.py",
     "integration/test_webhooks_e2e.py", "openapi/test_sdk_surface.py",
-    "pipelines/test_registry.py", "storage/test_objects.py", "test_bench_smoke.py",
+    "pipelines/test_registry.py", "storage/test_objects.py", "test_bench_slots.py",
+    "test_bench_smoke.py",
     "test_cli.py", "test_cli_terminal.py", "test_deploy_guide.py", "test_gpu_extra.py",
     "test_packaging.py", "test_readme.py", "test_startup.py", "test_xdist_isolation.py",
 }

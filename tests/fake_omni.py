@@ -504,6 +504,7 @@ class FakeOmni:
     async def generate(self, prompt: dict, sampling_params: Any = None, request_id: str = "",
                        *, sampling_params_list: list | None = None,
                        output_modalities: list[str] | None = None):
+        arrived = time.time()  # the engine's own time starts here (its stats' "in")
         params = sampling_params_list or self.default_sampling_params_list
         self.requests.append({"prompt": prompt, "params": copy.deepcopy(params),
                               "request_id": request_id, "modalities": output_modalities})
@@ -518,7 +519,7 @@ class FakeOmni:
         if self.stages[0] == "encoder":
             yield await self._video(params, prompt)
             return
-        async for out in self._audio(text, params, request_id):
+        async for out in self._audio(text, params, request_id, arrived):
             self.emitted_samples += audio_samples(out.multimodal_output)
             yield out
 
@@ -532,7 +533,7 @@ class FakeOmni:
             limit = min(limit, self.max_model_len - len(self.tokenizer.encode(text)))
         return max(0, min(round(seconds * SR / HOP), limit))
 
-    async def _audio(self, text: str, params: list, request_id: str):
+    async def _audio(self, text: str, params: list, request_id: str, arrived: float):
         tta = self.stages[0] == "audex_tta_thinker"
         spoken = re.search(r"(?:transcription|caption)\.(.*?)<\|im_end\|>", text, re.S)
         words = len(re.findall(r"\w+", spoken.group(1) if spoken else text))
@@ -558,6 +559,7 @@ class FakeOmni:
         else:
             request = self._speech_request(full, kind_name(params[-1].output_kind), key, sr,
                                            request_id, seqs, "[slow]" in text)
+        request.times = [arrived]
         self.scheduler.submit(request)
         while True:
             out = await request.out.get()
