@@ -104,13 +104,25 @@ def pytest_xdist_make_scheduler(config, log):
         def _split_scope(self, nodeid: str) -> str:
             return work_unit(nodeid)
 
+    config.option.loadscopereorder = False  # the collection's order is ours (below)
     return ByWorkUnit(config, log)
+
+
+def unit_rank(nodeid: str) -> int:
+    """Whole packages first, then the other units that start processes, then the rest:
+    the long units start while every worker is free, and the short ones fill the end
+    (xdist's own order, the most tests first, left the chaos package to start last)."""
+    unit = work_unit(nodeid)
+    if unit in WHOLE_PACKAGES or unit == "serial":
+        return 0
+    return 1 if unit in SPAWNING else 2
 
 
 def pytest_collection_modifyitems(items):
     for item in items:
         if item.path.relative_to(ROOT / "tests").as_posix() in SPAWNING:
             item.add_marker(pytest.mark.spawns)
+    items.sort(key=lambda item: unit_rank(item.nodeid))  # stable: a unit keeps its order
 
 
 def pytest_unconfigure(config):
