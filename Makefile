@@ -40,9 +40,12 @@ test: $(STAMP)
 	  if [ $$rc -eq 5 ]; then echo "pytest collected no tests"; exit 0; fi; exit $$rc
 
 ## The inner loop: every test that starts no process of its own (unit, repository and
-## route tests; see `spawns` in tests/conftest.py).
+## route tests; see `spawns` in tests/conftest.py). These compute more than they wait, so
+## three workers (119 s against 123 s at four, side by side on 2 cores).
+QUICK_WORKERS ?= 3
 quick: $(STAMP)
-	OMNIJOBS_TEST_QUICK=1 $(BIN)/python -m pytest $(PYTEST_PARALLEL) -m "not spawns" -q \
+	OMNIJOBS_TEST_QUICK=1 $(BIN)/python -m pytest -n $(QUICK_WORKERS) --dist loadscope \
+	  -m "not spawns" -q \
 	  $(PYTEST_ARGS); rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "pytest collected no tests"; exit 0; fi; exit $$rc
 
