@@ -415,7 +415,7 @@ class StepScheduler:
             if not self.running:  # idle: the next request starts the loop again
                 return
             if self.hold_file and Path(self.hold_file).exists():
-                await self._abort_finished()
+                self._abort_finished()
                 await asyncio.sleep(HOLD_POLL_S)
                 continue
             base, per_seq = self.cost_s
@@ -440,7 +440,7 @@ class StepScheduler:
                 if r.done >= r.frames:
                     self._finish(r, None)
 
-    async def _abort_finished(self) -> None:
+    def _abort_finished(self) -> None:
         for r in [r for r in self.running if r.aborted]:
             self._finish(r, output(None, finished=True, reason="abort"))
 

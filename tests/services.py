@@ -36,6 +36,21 @@ def unavailable(what: str) -> None:
     pytest.skip(f"{what} is not available")
 
 
+def require_bench_tools(*tools: str) -> None:
+    """What a benchmark's smoke test needs: the named binaries (Debian packages of the
+    same name) and PostgreSQL, which this also points the benchmark at (pg_admin sets
+    ``OMNIJOBS_TEST_PG`` to this worker's own server)."""
+    import psycopg
+
+    for tool in tools:
+        if shutil.which(tool) is None:
+            unavailable(f"{tool} (apt-get install {tool})")
+    try:
+        psycopg.connect(pg_admin(), connect_timeout=3).close()
+    except psycopg.OperationalError:
+        unavailable("PostgreSQL")
+
+
 # ---- ports: each xdist worker draws from a range of its own -----------------------------
 # free_port() used to bind port 0 and close it, so two workers (or a worker and a client
 # socket's ephemeral port) could be handed the same port before either bound it. Each

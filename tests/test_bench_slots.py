@@ -8,14 +8,13 @@ Nothing here is timed: whether slots=8 meets its targets is the benchmark's to s
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 
 import pytest
 
 from tests.fake_omni import STEP_BASE_S, STEP_PER_SEQ_S
-from tests.services import ROOT, pg_admin, unavailable
+from tests.services import ROOT, require_bench_tools
 
 pytestmark = pytest.mark.integration
 
@@ -23,20 +22,9 @@ JOBS = 6
 ROWS = ("bare driver", "slots=1", "slots=8")
 
 
-def require_tools() -> None:
-    import psycopg
-
-    if shutil.which("redis-server") is None:
-        unavailable("redis-server (apt-get install redis-server)")
-    try:  # also points the benchmark at this worker's PostgreSQL (OMNIJOBS_TEST_PG)
-        psycopg.connect(pg_admin(), connect_timeout=3).close()
-    except psycopg.OperationalError:
-        unavailable("PostgreSQL")
-
-
 @pytest.fixture(scope="module")
 def run(tmp_path_factory) -> tuple[dict, str]:
-    require_tools()
+    require_bench_tools("redis-server")
     result = tmp_path_factory.mktemp("slots") / "slots.json"
     out = subprocess.run(
         [sys.executable, "-m", "bench.slots", "--jobs", str(JOBS), "--seconds", "0.5",
@@ -86,7 +74,7 @@ def test_ratios_are_reported_and_the_named_step_cost_is_used(run):
 
 def test_workload_is_the_issue_s():
     """200 jobs of 16 words (4 s of fake speech), every fourth guided."""
-    from bench.slots import workload
+    from bench.slots_service import workload
 
     work = workload(200, 4.0, 0.25)
     assert len(work) == 200 and sum(s.guided for s in work) == 50
@@ -98,7 +86,7 @@ def test_workload_is_the_issue_s():
 def test_the_worker_never_inherits_a_step_cost(monkeypatch, tmp_path):
     from types import SimpleNamespace
 
-    from bench.slots import Shared, worker_env
+    from bench.slots_service import Shared, worker_env
 
     monkeypatch.setenv("FAKE_OMNI_STEP_COST_S", "0,0")
     sw = SimpleNamespace(endpoint="http://127.0.0.1:1", access_key="k", secret_key="s")

@@ -6,34 +6,20 @@ Nothing here is timed: the figures themselves live in bench/README.md.
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 
 import pytest
 
 from bench.services import checkout
-from tests.services import ROOT, pg_admin, unavailable
+from tests.services import ROOT, require_bench_tools
 
 pytestmark = pytest.mark.integration
 
 
-def require_tools() -> None:
-    import psycopg
-
-    for tool, hint in (("hey", "apt-get install hey"), ("redis-server", "apt-get install "
-                                                                        "redis-server")):
-        if shutil.which(tool) is None:
-            unavailable(f"{tool} ({hint})")
-    try:
-        psycopg.connect(pg_admin(), connect_timeout=3).close()
-    except psycopg.OperationalError:
-        unavailable("PostgreSQL")
-
-
 @pytest.fixture(scope="module")
 def run(tmp_path_factory) -> tuple[dict, str]:
-    require_tools()
+    require_bench_tools("hey", "redis-server")
     out_dir = tmp_path_factory.mktemp("fastpaths")
     out = subprocess.run(
         [sys.executable, "-m", "bench.fastpaths", "--duration", "1s", "--connections", "4",
