@@ -54,7 +54,6 @@ from .base import (
     PipelineSpec,
     RunContext,
     SpeechRequest,
-    positive_slots,
 )
 from .omni_bridge import (
     OmniBridge,
@@ -215,7 +214,7 @@ class AudexPipeline(Pipeline):
 
     def slots(self) -> int:
         if "slots" in self.options:
-            return positive_slots(self.options["slots"])
+            return super().slots()
         return min(stage_max_num_seqs(self._bridge.engine), default=1)
 
     def cfg_scale(self, extra: dict[str, Any]) -> float | None:
