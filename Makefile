@@ -9,6 +9,11 @@ STAMP := $(VENV)/.installed
 
 .PHONY: dev test quick lint migrate compose-config clean
 
+# Python's bytecode caches, pytest's rewritten test modules among them, are written even
+# where the environment sets PYTHONDONTWRITEBYTECODE: without them every xdist worker
+# rewrites all test modules and every process the tests start compiles the service again.
+unexport PYTHONDONTWRITEBYTECODE
+
 $(RUNTIME): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip

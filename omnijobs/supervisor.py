@@ -11,6 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tasks.exit_codes import RESTART_EXIT
+
 from . import console
 from .serve_cli import metrics_folder, serve_summed
 
@@ -51,8 +53,6 @@ def die_with_parent() -> None:  # pragma: no cover - runs in the child before ex
 
 
 def supervise(args: list[str], metrics: Path | None = None) -> int:
-    from tasks.runtime import RESTART_EXIT
-
     log = logging.getLogger("omnijobs.supervisor")
     child: subprocess.Popen | None = None
     stopping = False

@@ -46,6 +46,7 @@ from storage.repositories import (
 )
 
 from .dispatch import publish_and_mark
+from .exit_codes import RESTART_EXIT
 from .lease import InFlight
 from .pool import FinalizePool
 from .presence import Presence, SlotView, describe
@@ -168,7 +169,6 @@ def max_runtime_s(settings: Settings, name: str) -> float:
     return float(options.get("max_runtime_s", get_spec(name).runtime_limit_s))
 
 
-RESTART_EXIT = 75  # EX_TEMPFAIL: "start me again"
 MAX_FINALIZE_THREADS = 4  # a batch's jobs that end together upload side by side (pool.py)
 HAND_BACK_GRACE_S = 5.0  # for a pipeline to notice a hand-back before the process exits
 
