@@ -82,6 +82,12 @@ WHOLE_PACKAGES = {"batches", "chaos", "fairness", "fleet"}
 # `hey` against stacks of its own and would take the other's CPU for its figures) run one
 # after the other on one worker.
 SERIAL = {"test_bench_smoke.py", "fleet/test_bench_smoke.py"}
+# Single modules that each take a minute or more of one worker (the fuzz's examples, pip's
+# resolver over the [gpu] extra, nested pytest runs, the deploy guide, the slots
+# benchmark): started with the whole packages, so none of them is left running alone at
+# the end.
+LONG = {"fuzz/test_openapi_fuzz.py", "test_gpu_extra.py", "test_xdist_isolation.py",
+        "test_deploy_guide.py", "test_bench_slots.py"}
 
 
 def work_unit(nodeid: str) -> str:
@@ -109,11 +115,12 @@ def pytest_xdist_make_scheduler(config, log):
 
 
 def unit_rank(nodeid: str) -> int:
-    """Whole packages first, then the other units that start processes, then the rest:
-    the long units start while every worker is free, and the short ones fill the end
-    (xdist's own order, the most tests first, left the chaos package to start last)."""
+    """Whole packages and the long modules first, then the other units that start
+    processes, then the rest: the long units start while every worker is free, and the
+    short ones fill the end (xdist's own order, the most tests first, left the chaos
+    package to start last)."""
     unit = work_unit(nodeid)
-    if unit in WHOLE_PACKAGES or unit == "serial":
+    if unit in WHOLE_PACKAGES or unit in LONG or unit == "serial":
         return 0
     return 1 if unit in SPAWNING else 2
 
