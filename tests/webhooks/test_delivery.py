@@ -203,3 +203,19 @@ def test_a_deleted_job_is_reported_by_id(rt, receiver):
     event = verify(receiver.at("/gone")[0], rt.webhooks.default_secret(tenant).secret)
     assert event["data"] == {"id": job_id, "object": "job", "deleted": True}
     assert event["created_at"] <= datetime.now(UTC).timestamp()
+
+
+def test_deliveries_share_one_tls_context(rt, receiver, monkeypatch):
+    """Each delivery has a client of its own, but none builds a TLS context again: that
+    loads the CA bundle (34 ms of CPU), once per process is enough."""
+    import ssl
+
+    loads: list[object] = []
+    real = ssl.SSLContext.load_verify_locations
+    monkeypatch.setattr(ssl.SSLContext, "load_verify_locations",
+                        lambda self, *a, **k: loads.append(a or k) or real(self, *a, **k))
+    for i in range(3):
+        result = send(receiver.url(f"/tls{i}"), json.dumps({"id": f"evt_{i}"}), {},
+                      rt.settings)
+        assert result.status_code == 200, result
+    assert len(loads) <= 1, f"{len(loads)} CA bundle loads for 3 deliveries"
