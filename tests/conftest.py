@@ -198,8 +198,10 @@ def stack_env(pg: str, redis: str, sw, home: Path, **extra: str) -> dict[str, st
         "OMNIJOBS_OUTBOX_GRACE_S": "1",
         "OMNIJOBS_LEASE_S": "6",
         "OMNIJOBS_SYNC_WAIT_DEFAULT_S": "30",
+        # Seconds, not production's minutes, so a test sees each step within its wait;
+        # not less, since every stack ticks them for as long as it lives, mostly idle.
         "OMNIJOBS_MAINTENANCE_PERIODS": json.dumps({
-            "relay": 0.5, "reap": 0.5, "sweep_queued": 2, "retention": 1, "orphans": 1}),
+            "relay": 1, "reap": 1, "sweep_queued": 2, "retention": 2, "orphans": 2}),
     })
     env.update(extra)
     return env
