@@ -42,6 +42,12 @@ def _unavailable(ctx: ExceptionContext) -> None:
         ) from ctx.original_exception
 
 
+def rolled_back(exc: BaseException) -> bool:
+    """The database aborted the transaction to break a deadlock or a serialization
+    conflict (SQLSTATE class 40): nothing of it was written, so running it again is safe."""
+    return str(getattr(exc.__cause__, "sqlstate", None) or "").startswith("40")
+
+
 @dataclass(frozen=True)
 class DbBounds:
     """How long a database call may take. A database that is down fails fast; one that

@@ -16,8 +16,9 @@ from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from core.batches import COMPLETION_WINDOWS, BatchStatus
-from core.errors import BatchQuotaExceeded
+from core.errors import BatchQuotaExceeded, ServiceUnavailable
 
+from ..db import rolled_back
 from ..models import Batch
 from ..records import BatchRecord, RequestCounts
 from .batch_rows import (
@@ -33,6 +34,8 @@ from .batch_work import BatchWork
 from .job_ends import cancel_batch_jobs
 from .scope import tenant_is
 from .usage import batch_sums
+
+CANCEL_TRIES = 3  # a cancel the database aborted in a deadlock runs again (``cancel``)
 
 
 class BatchRepository(BatchWork):
@@ -98,7 +101,23 @@ class BatchRepository(BatchWork):
 
     def cancel(self, batch_id: str, tenant_id: str) -> BatchRecord | None:
         """validating|in_progress -> cancelling, and every queued or running job of the
-        batch -> cancelled, in one transaction. Returns the batch as it stands after."""
+        batch -> cancelled, in one transaction. Returns the batch as it stands after.
+
+        The jobs' update can deadlock with a worker's claim, which takes two job rows of
+        the lane (the one it claims and the message holder it hands the token to) in
+        whichever order the fair share picks them, so no lock order can be shared. The
+        database breaks the cycle by aborting one side; when that is this one, nothing
+        was written and it runs again."""
+        tries = CANCEL_TRIES
+        while True:
+            tries -= 1
+            try:
+                return self._cancel(batch_id, tenant_id)
+            except ServiceUnavailable as exc:
+                if tries == 0 or not rolled_back(exc):
+                    raise
+
+    def _cancel(self, batch_id: str, tenant_id: str) -> BatchRecord | None:
         now = utcnow()
         with self._sessions.begin() as s:
             moved = s.execute(update(Batch).where(

@@ -247,3 +247,51 @@ def test_batch_jobs_never_count_against_the_interactive_quotas(repos):
         interactive.create(repos.line(0).job)
     with pytest.raises(TooManyRequests):
         interactive.create(repos.line(0).job)
+
+
+def test_a_cancel_caught_in_a_deadlock_runs_again(pg_url):
+    """A worker's claim locks two jobs of the lane in an order no cancel can share; when
+    PostgreSQL breaks such a cycle by aborting the cancel, the cancel runs again instead
+    of answering 503. Here the cycle is made on purpose: another transaction holds one
+    of the batch's jobs, then waits for the batch row the cancel has taken."""
+    import threading
+
+    from sqlalchemy import text
+
+    from storage.db import make_engine
+
+    from ..services import wait_until
+
+    repos = Repos(pg_url)
+    batch, queued = repos.expanded(3)
+    engine = make_engine(pg_url)
+    outcome: list[object] = []
+    try:
+        with engine.connect() as other:
+            other.execute(update(Job).where(Job.id == queued[-1][0]).values(
+                updated_at=func.now()))
+            pid = other.execute(text("SELECT pg_backend_pid()")).scalar_one()
+
+            def cancel() -> None:
+                try:
+                    outcome.append(repos.batches.cancel(batch.id, repos.tenant))
+                except Exception as exc:  # noqa: BLE001 - the test reports it
+                    outcome.append(exc)
+            canceller = threading.Thread(target=cancel)
+            canceller.start()
+            with engine.connect() as watch:  # the cancel waits for the job we hold
+                wait_until(lambda: watch.execute(text(
+                    "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                    "AND datname = current_database() AND pid <> :me"),
+                    {"me": pid}).scalar_one() > 0, 30, "the cancel to wait for our lock")
+            other.execute(update(Batch).where(Batch.id == batch.id).values(
+                metadata_=Batch.metadata_))  # the batch row: the cycle closes
+            other.commit()
+            canceller.join(30)
+    finally:
+        engine.dispose()
+    [result] = outcome
+    assert not isinstance(result, Exception), f"the cancel failed: {result!r}"
+    assert result.status is BatchStatus.CANCELLING
+    assert repos.count(Job, Job.batch_id == batch.id,
+                       Job.status == JobStatus.CANCELLED.value) == 3
