@@ -48,13 +48,7 @@ from core.errors import ConfigurationError, EngineRejected, OutputInvalid
 from core.jobs import JobKind
 from media.validate import AudioBounds
 
-from .base import (
-    AudioPiece,
-    Pipeline,
-    PipelineSpec,
-    RunContext,
-    SpeechRequest,
-)
+from .base import AudioPiece, Pipeline, PipelineSpec, RunContext, SpeechRequest
 from .omni_bridge import (
     OmniBridge,
     gpu_import,

@@ -257,7 +257,7 @@ def run_job(rt: WorkerRuntime, app: Celery, job_id: str,
     job still holds the message's dispatch ``token``; a draining worker claims nothing
     (the message goes back to its queue for another worker). A claim waits for a free
     engine slot (tasks/slots.py), and the job holds its slots until its generation ends."""
-    if rt.drain.started or not rt.slots.take(stop=lambda: rt.drain.started):
+    if not rt.slots.take(stop=lambda: rt.drain.started):
         raise Reject("the worker is draining", requeue=True)
     held = 1
     try:

@@ -33,14 +33,12 @@ class SlotGate:
         """One slot, waiting until one is free; False (nothing taken) once ``stop``
         says so (the worker drains: the message goes back to its queue)."""
         with self._changed:
-            while self.busy >= self.total:
-                if stop():
-                    return False
+            while not stop():
+                if self.busy < self.total:
+                    self.busy += 1
+                    return True
                 self._changed.wait(WAKE_S)
-            if stop():
-                return False
-            self.busy += 1
-            return True
+            return False
 
     def grow(self, n: int) -> int:
         """``n`` more slots for the job already holding one, at once (see the module's

@@ -5,6 +5,8 @@ still one: the two modules can no longer be read, moved or tested apart)."""
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -97,10 +99,7 @@ def test_no_import_circles_in_the_service():
 def test_the_console_script_and_the_supervisor_stay_light():
     """``omnijobs`` and the worker's supervisor (which only waits for its child) import
     none of the worker's stack: a supervisor that imported ``tasks.runtime`` for its exit
-    code spent 0.8 s of CPU on every worker start, and each command paid the same."""
-    import subprocess
-    import sys
-
+    code spent 0.8 s more CPU on every worker start."""
     heavy = ("tasks.runtime", "celery", "sqlalchemy", "fastapi", "numpy", "boto3", "av")
     out = subprocess.run(
         [sys.executable, "-c", "import sys, omnijobs.cli, omnijobs.supervisor; "

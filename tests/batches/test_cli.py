@@ -47,6 +47,21 @@ def write_input(path: Path, n: int, **body) -> Path:
     return path
 
 
+def started_run(env: dict[str, str], source: Path, out: Path,
+                **output) -> tuple[subprocess.Popen, str]:
+    """``omnijobs batch run`` left running, once it has created its batch: (the process,
+    the batch id). Ctrl-C reaches it as a terminal sends it, whatever the suite inherited:
+    a shell's background job starts with SIGINT ignored, and Python then leaves it
+    ignored."""
+    proc = subprocess.Popen([sys.executable, "-m", "omnijobs.cli", "batch", "run", str(source),
+                             "--out", str(out)], env=env, cwd=ROOT,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+                            **output)
+    state = out / ".omnijobs-batch.json"
+    wait_until(lambda: "batch_id" in json.loads(state.read_text()), 60, "the batch id")
+    return proc, json.loads(state.read_text())["batch_id"]
+
+
 def test_run_then_rerun_renders_nothing_and_repairs_files(batch_stack, key, db, tmp_path):
     env = cli_env(batch_stack, key)
     source, out = write_input(tmp_path / "book.jsonl", LINES), tmp_path / "out"
@@ -93,14 +108,10 @@ def test_a_killed_run_resumes_its_batch(batch_stack, key, db, tmp_path):
     env = cli_env(batch_stack, key)
     source, out = write_input(tmp_path / "resume.jsonl", 6), tmp_path / "out"
     batches_before = counts(db)[0]
-    proc = subprocess.Popen([sys.executable, "-m", "omnijobs.cli", "batch", "run", str(source),
-                             "--out", str(out)], env=env, cwd=ROOT, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
-    state = out / ".omnijobs-batch.json"
-    wait_until(lambda: "batch_id" in json.loads(state.read_text()), 60, "the batch id")
+    proc, batch_id = started_run(env, source, out, stdout=subprocess.DEVNULL,
+                                 stderr=subprocess.DEVNULL)
     proc.send_signal(signal.SIGKILL)
     proc.wait(10)
-    batch_id = json.loads(state.read_text())["batch_id"]
     resumed = omnijobs(env, "batch", "run", str(source), "--out", str(out))
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     assert batch_id in resumed.stdout and counts(db)[0] == batches_before + 1
@@ -121,15 +132,8 @@ def test_status_cancel_and_failures(batch_stack, key, tmp_path):
     assert manifest["too-fast"]["error"]["param"] == "speed"  # the endpoint's own 400
 
     slow = write_input(tmp_path / "slow.jsonl", 3, model="test-slow")  # never rendered here
-    # Ctrl-C as a terminal sends it, whatever the suite inherited: a shell's background
-    # job starts with SIGINT ignored, and Python then leaves it ignored.
-    runner = subprocess.Popen([sys.executable, "-m", "omnijobs.cli", "batch", "run", str(slow),
-                               "--out", str(tmp_path / "slow")], env=env, cwd=ROOT,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                              preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-    state = tmp_path / "slow" / ".omnijobs-batch.json"
-    wait_until(lambda: "batch_id" in json.loads(state.read_text()), 60, "the batch id")
-    batch_id = json.loads(state.read_text())["batch_id"]
+    runner, batch_id = started_run(env, slow, tmp_path / "slow", stdout=subprocess.PIPE,
+                                   stderr=subprocess.STDOUT, text=True)
     shown = omnijobs(env, "batch", "status", batch_id)
     assert shown.returncode == 0 and batch_id in shown.stdout
     cancelled = omnijobs(env, "batch", "cancel", batch_id)
@@ -146,15 +150,8 @@ def test_status_cancel_and_failures(batch_stack, key, tmp_path):
 def test_ctrl_c_says_the_batch_keeps_running_and_how_to_resume(batch_stack, key, tmp_path):
     env = cli_env(batch_stack, key)
     slow = write_input(tmp_path / "slow.jsonl", 2, model="test-slow")  # never rendered here
-    # Ctrl-C as a terminal sends it, whatever the suite inherited: a shell's background
-    # job starts with SIGINT ignored, and Python then leaves it ignored.
-    runner = subprocess.Popen([sys.executable, "-m", "omnijobs.cli", "batch", "run", str(slow),
-                               "--out", str(tmp_path / "slow")], env=env, cwd=ROOT,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                              preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-    state = tmp_path / "slow" / ".omnijobs-batch.json"
-    wait_until(lambda: "batch_id" in json.loads(state.read_text()), 60, "the batch id")
-    batch_id = json.loads(state.read_text())["batch_id"]
+    runner, batch_id = started_run(env, slow, tmp_path / "slow", stdout=subprocess.PIPE,
+                                   stderr=subprocess.STDOUT, text=True)
     try:
         runner.send_signal(signal.SIGINT)
         output, _ = runner.communicate(timeout=60)

@@ -4,11 +4,12 @@ and the terminal transition with its files and its webhook event."""
 
 from __future__ import annotations
 
+import threading
 import uuid
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from sqlalchemy import func, select, update
+from sqlalchemy import func, select, text, update
 
 from core.batches import BULK_LANE, BatchStatus
 from core.errors import BatchQuotaExceeded
@@ -24,6 +25,8 @@ from storage.repositories import (
     OutboxRepository,
     WebhookRepository,
 )
+
+from ..services import wait_until
 
 LEASE_S = 60.0
 
@@ -254,14 +257,6 @@ def test_a_cancel_caught_in_a_deadlock_runs_again(pg_url):
     PostgreSQL breaks such a cycle by aborting the cancel, the cancel runs again instead
     of answering 503. Here the cycle is made on purpose: another transaction holds one
     of the batch's jobs, then waits for the batch row the cancel has taken."""
-    import threading
-
-    from sqlalchemy import text
-
-    from storage.db import make_engine
-
-    from ..services import wait_until
-
     repos = Repos(pg_url)
     batch, queued = repos.expanded(3)
     engine = make_engine(pg_url)

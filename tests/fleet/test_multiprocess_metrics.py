@@ -31,10 +31,10 @@ def traffic(base_url: str, n: int, done: list[int]) -> None:
     """``n`` requests, each on a new connection, so the kernel spreads them over the
     processes sharing the port. (The standard library's client: an httpx client per
     request builds an SSL context each time, 10 s of CPU for the test's 240.)"""
-    host, port = httpx.URL(base_url).host, httpx.URL(base_url).port
+    url = httpx.URL(base_url)
     ok = 0
     for _ in range(n):
-        conn = http.client.HTTPConnection(host, port, timeout=10)
+        conn = http.client.HTTPConnection(url.host, url.port, timeout=10)
         try:
             conn.request("GET", "/healthz")
             ok += conn.getresponse().status == 200
