@@ -4,7 +4,6 @@ and the terminal transition with its files and its webhook event."""
 
 from __future__ import annotations
 
-import threading
 import uuid
 from datetime import UTC, datetime, timedelta
 
@@ -25,8 +24,6 @@ from storage.repositories import (
     OutboxRepository,
     WebhookRepository,
 )
-
-from ..services import wait_until
 
 LEASE_S = 60.0
 
@@ -255,38 +252,34 @@ def test_batch_jobs_never_count_against_the_interactive_quotas(repos):
 def test_a_cancel_caught_in_a_deadlock_runs_again(pg_url):
     """A worker's claim locks two jobs of the lane in an order no cancel can share; when
     PostgreSQL breaks such a cycle by aborting the cancel, the cancel runs again instead
-    of answering 503. Here the cycle is made on purpose: another transaction holds one
-    of the batch's jobs, then waits for the batch row the cancel has taken."""
+    of answering 503. Which side of a real cycle the database aborts depends on whose
+    deadlock timer fires first, so the test does not race for it: a trigger on the
+    batch's jobs raises the very error (SQLSTATE 40P01) once, from inside the cancel's
+    transaction, after the batch row was already moved."""
     repos = Repos(pg_url)
-    batch, queued = repos.expanded(3)
+    batch, _ = repos.expanded(3)
+    name = f"once_{uuid.uuid4().hex[:12]}"
     engine = make_engine(pg_url)
-    outcome: list[object] = []
     try:
-        with engine.connect() as other:
-            other.execute(update(Job).where(Job.id == queued[-1][0]).values(
-                updated_at=func.now()))
-            pid = other.execute(text("SELECT pg_backend_pid()")).scalar_one()
-
-            def cancel() -> None:
-                try:
-                    outcome.append(repos.batches.cancel(batch.id, repos.tenant))
-                except Exception as exc:  # noqa: BLE001 - the test reports it
-                    outcome.append(exc)
-            canceller = threading.Thread(target=cancel)
-            canceller.start()
-            with engine.connect() as watch:  # the cancel waits for the job we hold
-                wait_until(lambda: watch.execute(text(
-                    "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-                    "AND datname = current_database() AND pid <> :me"),
-                    {"me": pid}).scalar_one() > 0, 30, "the cancel to wait for our lock")
-            other.execute(update(Batch).where(Batch.id == batch.id).values(
-                metadata_=Batch.metadata_))  # the batch row: the cycle closes
-            other.commit()
-            canceller.join(30)
+        with engine.begin() as c:
+            c.execute(text(f"CREATE SEQUENCE {name}"))
+            c.execute(text(
+                f"CREATE FUNCTION {name}() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+                f"IF nextval('{name}') = 1 THEN RAISE EXCEPTION 'deadlock detected' "
+                f"USING ERRCODE = 'deadlock_detected'; END IF; RETURN NEW; END $$"))
+            c.execute(text(
+                f"CREATE TRIGGER {name} BEFORE UPDATE ON jobs FOR EACH ROW "
+                f"WHEN (OLD.batch_id = '{batch.id}') EXECUTE FUNCTION {name}()"))
+        result = repos.batches.cancel(batch.id, repos.tenant)
+        with engine.connect() as c:
+            raised = c.execute(text(f"SELECT last_value FROM {name}")).scalar_one()
     finally:
+        with engine.begin() as c:
+            c.execute(text(f"DROP TRIGGER IF EXISTS {name} ON jobs"))
+            c.execute(text(f"DROP FUNCTION IF EXISTS {name}()"))
+            c.execute(text(f"DROP SEQUENCE IF EXISTS {name}"))
         engine.dispose()
-    [result] = outcome
-    assert not isinstance(result, Exception), f"the cancel failed: {result!r}"
+    assert raised > 1, "the first try was not aborted: the test proves nothing"
     assert result.status is BatchStatus.CANCELLING
     assert repos.count(Job, Job.batch_id == batch.id,
                        Job.status == JobStatus.CANCELLED.value) == 3
