@@ -317,14 +317,16 @@ class PostgresCluster:
                 self.proc.wait()
 
 
-def create_database() -> str:
+def create_database(template: str | None = None) -> str:
+    """A new, uniquely named database; a copy of TEMPLATE's (a URL) where one is given."""
     import psycopg
 
     admin = pg_admin()
     name = "omnijobs_test_" + uuid.uuid4().hex[:12]
+    source = f' TEMPLATE "{template.rsplit("/", 1)[1]}"' if template else ""
     try:
         with psycopg.connect(admin, autocommit=True, connect_timeout=3) as conn:
-            conn.execute(f'CREATE DATABASE "{name}"')
+            conn.execute(f'CREATE DATABASE "{name}"{source}')
     except psycopg.OperationalError:
         unavailable("PostgreSQL")
     return admin.rsplit("/", 1)[0] + "/" + name

@@ -183,3 +183,16 @@ def test_tenants_weight_sets_the_share_and_refuses_nonsense(tmp_path):
     assert listed[1].split() == ["acme", "3"]
     assert omnijobs(tmp_path, "tenants", "weight", "acme", "0").returncode == 2
     assert "no tenant" in omnijobs(tmp_path, "tenants", "weight", "nobody", "2").stderr
+
+
+def test_the_console_script_and_the_supervisor_stay_light():
+    """``omnijobs`` and the worker's supervisor (which only waits for its child) import
+    none of the worker's stack: a supervisor that imported ``tasks.runtime`` for its exit
+    code spent 0.8 s more CPU on every worker start."""
+    heavy = ("tasks.runtime", "celery", "sqlalchemy", "fastapi", "numpy", "boto3", "av")
+    out = subprocess.run(
+        [sys.executable, "-c", "import sys, omnijobs.cli, omnijobs.supervisor; "
+         "omnijobs.supervisor.supervise(['--help']); "  # a child that exits at once
+         f"print('loaded:', *(m for m in {heavy!r} if m in sys.modules))"],
+        cwd=ROOT, capture_output=True, text=True, timeout=60, check=True)
+    assert out.stdout.splitlines()[-1] == "loaded:"

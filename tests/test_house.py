@@ -5,8 +5,6 @@ still one: the two modules can no longer be read, moved or tested apart)."""
 from __future__ import annotations
 
 import ast
-import subprocess
-import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -95,15 +93,3 @@ def test_no_import_circles_in_the_service():
     assert not found, {" <-> ".join(group): {m: sorted(graph[m] & set(group)) for m in group}
                        for group in found}
 
-
-def test_the_console_script_and_the_supervisor_stay_light():
-    """``omnijobs`` and the worker's supervisor (which only waits for its child) import
-    none of the worker's stack: a supervisor that imported ``tasks.runtime`` for its exit
-    code spent 0.8 s more CPU on every worker start."""
-    heavy = ("tasks.runtime", "celery", "sqlalchemy", "fastapi", "numpy", "boto3", "av")
-    out = subprocess.run(
-        [sys.executable, "-c", "import sys, omnijobs.cli, omnijobs.supervisor; "
-         "omnijobs.supervisor.supervise(['--help']); "  # a child that exits at once
-         f"print('loaded:', *(m for m in {heavy!r} if m in sys.modules))"],
-        cwd=ROOT, capture_output=True, text=True, timeout=60, check=True)
-    assert out.stdout.splitlines()[-1] == "loaded:"

@@ -11,7 +11,6 @@ from api.app import create_app
 from core.settings import Settings
 from omnijobs.cli import cli
 from storage.db import make_engine, make_sessionmaker
-from storage.migrate import upgrade
 from storage.repositories import KeyRepository
 
 from ..integration.helpers import assert_openai_error
@@ -29,9 +28,8 @@ class StubTester:
 
 
 @pytest.fixture
-def env(tmp_path, monkeypatch) -> dict[str, str]:
-    url = f"sqlite:///{tmp_path / 'api.db'}"
-    upgrade(url)
+def env(tmp_path, sqlite_url, monkeypatch) -> dict[str, str]:
+    url = sqlite_url
     values = {"OMNIJOBS_DATABASE_URL": url, "OMNIJOBS_HOME": str(tmp_path)}
     for name, value in values.items():
         monkeypatch.setenv(name, value)

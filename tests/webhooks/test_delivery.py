@@ -15,7 +15,6 @@ from prometheus_client import REGISTRY
 from core.jobs import JobKind
 from core.settings import Settings
 from storage.db import make_engine, make_sessionmaker
-from storage.migrate import upgrade
 from storage.records import JobWebhookRequest, NewJob, OutputRecord
 from storage.repositories import KeyRepository
 from storage.repositories.webhooks import default_events
@@ -33,9 +32,8 @@ def receiver():
 
 
 @pytest.fixture
-def rt(tmp_path) -> WorkerRuntime:
-    url = f"sqlite:///{tmp_path / 'hooks.db'}"
-    upgrade(url)
+def rt(tmp_path, sqlite_url) -> WorkerRuntime:
+    url = sqlite_url
     settings = Settings(database_url=url, home=tmp_path, webhook_retry_schedule_s=[0, 0, 0],
                         webhook_timeout_s=1.0, webhook_allowed_networks=["127.0.0.0/8"])
     return WorkerRuntime(settings)
