@@ -76,6 +76,7 @@ class WorkerRuntime:
         self.slots = SlotGate(1)  # until warm() knows what the engines hold
         self.finalizer = FinalizePool(settings.finalize_backlog)
         self.restart_requested = False
+        self._restart_lock = threading.Lock()
         self.served: list[str] = []  # the pipelines this worker warmed and takes jobs for
         self.in_flight = InFlight()  # the jobs it holds (leases), from claim to recorded
         self.drain = Drain(self)
@@ -148,8 +149,13 @@ class WorkerRuntime:
 
     def request_restart(self) -> None:
         """Stop taking jobs and exit with RESTART_EXIT so the supervisor starts a fresh
-        process (a dead inference engine must not poison later jobs)."""
-        self.restart_requested = True
+        process (a dead inference engine must not poison later jobs). One signal however
+        many jobs ask: an engine that dies fails every job in flight, and a second
+        SIGTERM is an operator's "hand everything back now"."""
+        with self._restart_lock:
+            if self.restart_requested:
+                return
+            self.restart_requested = True
         os.kill(os.getpid(), signal.SIGTERM)
 
     def recycle(self) -> None:

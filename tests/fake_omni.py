@@ -33,7 +33,8 @@ was given).
 
 Prompt markers choose failure behaviour: ``[silent]``, ``[slow]`` (for H3: 6 ms per
 frame of every clip before its one answer), ``[die]`` (once per
-``die_marker`` file), ``[model_outputs]``, ``[hang]``, ``[engine-abort]``,
+``die_marker`` file: the engine dies with every request it holds, and refuses any new
+one, as a vLLM engine whose core died does), ``[model_outputs]``, ``[hang]``, ``[engine-abort]``,
 ``[guardrail]`` (a GuardrailViolationError, i.e. an OmniClientError) and ``[drawl]`` (a
 speaker four times slower than usual). ``[slow]`` Audex speech takes at least 10 ms a frame.
 """
@@ -381,6 +382,18 @@ class StepScheduler:
             if r.request_id == request_id:
                 r.aborted = True
 
+    def die(self, error: BaseException) -> None:
+        """The engine core is gone: every request it holds or queues gets the error, as
+        vLLM's output handler puts an EngineDeadError into every request's queue."""
+        for r in [*self.waiting, *self.running]:
+            self.timings[r.request_id] = [*r.times, time.time()]
+            r.out.put_nowait(error)
+        self.waiting.clear()
+        self.running.clear()
+        if self._task is not None:
+            self._task.cancel()
+        self._write_stats()
+
     def _admit(self) -> None:
         for r in [r for r in self.waiting if r.aborted]:
             self.waiting.remove(r)
@@ -512,9 +525,13 @@ class FakeOmni:
         if "[guardrail]" in text:  # a 4xx-class refusal (vllm_omni/errors.py:37)
             raise GuardrailViolationError("Request rejected: the prompt violates the content "
                                           "policy of this deployment. " + "Details. " * 40)
+        if self.errored:  # a dead engine refuses every new request (vLLM's ``errored``)
+            raise FakeEngineDeadError("EngineCore died")
         if "[die]" in text and self.die_marker and not Path(self.die_marker).exists():
             Path(self.die_marker).touch()
             self.errored = True
+            if self._scheduler is not None:
+                self._scheduler.die(FakeEngineDeadError("EngineCore died"))
             raise FakeEngineDeadError("EngineCore died")
         if self.stages[0] == "encoder":
             yield await self._video(params, prompt)
@@ -563,6 +580,8 @@ class FakeOmni:
         self.scheduler.submit(request)
         while True:
             out = await request.out.get()
+            if isinstance(out, BaseException):
+                raise out
             yield out
             if out.finished:
                 return

@@ -27,6 +27,7 @@ class Engine:
 
     def __init__(self, folder: Path) -> None:
         self.hold, self.stats_file = folder / "hold", folder / "stats.json"
+        self.died = folder / "died"  # a "[die]" prompt kills the engine once
 
     def stats(self) -> dict:
         try:
@@ -52,7 +53,8 @@ def engine(stack, tmp_path_factory):
     env = dict(stack.env)
     options = json.loads(env["OMNIJOBS_PIPELINE_OPTIONS"])
     options["audex-tts"]["engine_kwargs"] = {"hold_file": str(engine.hold),
-                                             "stats_file": str(engine.stats_file)}
+                                             "stats_file": str(engine.stats_file),
+                                             "die_marker": str(engine.died)}
     env["OMNIJOBS_PIPELINE_OPTIONS"] = json.dumps(options)
     proc = spawn("slots-worker", ["worker", "--pipeline", "audex-tts"], env,
                  stack.processes["worker"].log.parent)
@@ -178,3 +180,25 @@ def test_two_streams_in_flight_each_get_their_own_chunks_in_order(stack, held, k
             assert job["outputs"][0]["duration_s"] == pytest.approx(
                 WORD_S * len(texts[i].split()), abs=0.021)
     assert got[0][1] != got[1][1][:len(got[0][1])]  # two voices, not one stream twice
+
+
+def test_an_engine_death_with_eight_in_flight_requeues_all_eight(stack, held, key):
+    """The engine dies with eight jobs in it: each fails with the retryable engine_dead
+    and is queued again, none lost; the worker exits for a restart, its supervisor starts
+    a fresh one, and each job completes once, on its second attempt. (Last in the module:
+    the worker it leaves is the fresh one.)"""
+    texts = [words(i) for i in range(7)] + ["[die] " + words(7)]
+    worker = stack.processes["slots-worker"]
+    with stack.client(key) as c:
+        ids = [submit(c, t) for t in texts[:7]]
+        held.wait_running(ids)
+        ids.append(submit(c, texts[7]))  # its request kills the engine with seven in it
+        wait_until(held.died.exists, 60, "the engine to die")
+        held.hold.unlink()
+        for job_id, text in zip(ids, texts, strict=True):
+            assert_spoken(c, job_id, text)
+            job = c.get(f"/v1/jobs/{job_id}").json()
+            assert job["attempts"] == 2, job
+    log = worker.log.read_text()
+    assert log.count("engine_dead") >= 8 and "starting a fresh one" in log
+    assert worker.proc.poll() is None  # the supervisor lives on

@@ -79,3 +79,22 @@ def test_a_guided_job_takes_its_second_slot_without_waiting():
     assert not gate.take(stop=lambda: True) and gate.busy == 3  # still full: none taken
     gate.give(2)
     assert gate.take() and gate.busy == 2
+
+
+def test_jobs_failing_together_on_a_dead_engine_signal_the_worker_once(
+        tmp_path, sqlite_url, monkeypatch):
+    """Eight jobs in flight fail together when their engine dies, and each asks for a
+    restart: one SIGTERM, since a second is an operator's "hand everything back now"."""
+    from core.settings import Settings
+    from tasks import runtime
+
+    rt = runtime.WorkerRuntime(Settings(home=tmp_path, database_url=sqlite_url))
+    sent: list[tuple[int, int]] = []
+    monkeypatch.setattr(runtime.os, "kill", lambda pid, sig: sent.append((pid, sig)))
+    threads = [threading.Thread(target=rt.request_restart) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert rt.restart_requested
+    assert sent == [(runtime.os.getpid(), runtime.signal.SIGTERM)]
