@@ -5,7 +5,9 @@ another worker, exactly once."""
 
 from __future__ import annotations
 
+import json
 import signal
+import time
 from datetime import UTC, datetime
 
 from ..services import wait_until
@@ -81,3 +83,68 @@ def wait_job(c, job_id: str) -> dict:
     wait_until(lambda: c.get(f"/v1/jobs/{job_id}").json()["status"] in terminal, 60,
                f"job {job_id} to finish")
     return c.get(f"/v1/jobs/{job_id}").json()
+
+
+
+AUDEX = "nvidia/Nemotron-Labs-Audex-2B"
+SHORT = "Done within the drain."  # 1.25 s of speech: well under a second to decode
+# 100 words, "[slow]" (699 characters, under the pipeline's 700): 25 s of speech at 10 ms
+# a codec frame at least (the fake's steps are sleeps), so 12 s or more on any machine,
+# far past the 4 s drain.
+LONG = "[slow] " + " ".join(["slowly"] * 99)
+
+
+def test_a_drain_with_eight_in_flight_finishes_some_and_hands_back_the_rest(
+        fleet: FleetStack, tmp_path):
+    """Eight Audex jobs in flight on one 8-slot worker when SIGTERM comes: the four that
+    finish within OMNIJOBS_DRAIN_S complete there; the four that cannot are handed back
+    at the bound (not failed), the process exits soon after, and another worker
+    completes each of them once. The engine is held still until the signal, so all
+    eight are in it when the drain begins."""
+    hold, stats = tmp_path / "hold", tmp_path / "stats.json"
+    options = json.loads(fleet.env["OMNIJOBS_PIPELINE_OPTIONS"])
+    options["audex-tts"]["engine_kwargs"] = {"hold_file": str(hold),
+                                             "stats_file": str(stats)}
+    first = fleet.start_worker("drain-slots", "audex-tts", OMNIJOBS_DRAIN_S="4",
+                               OMNIJOBS_PIPELINE_OPTIONS=json.dumps(options))
+    assert "slots 8" in first.log.read_text()
+    hold.touch()  # after the start-up, whose warm-up request needs the engine running
+
+    def in_engine() -> int:
+        try:
+            return len(json.loads(stats.read_text())["running"])
+        except (FileNotFoundError, ValueError):
+            return 0
+
+    with fleet.client(fleet.new_key("drain-slots")) as c:
+        long = [submit(c, AUDEX, LONG) for _ in range(4)]
+        short = [submit(c, AUDEX, SHORT) for _ in range(4)]
+        wait_until(lambda: in_engine() == 8, 60, "eight jobs in the engine")
+        before = {j: fleet.sql(JOB, id=j) for j in long}
+        signalled = time.monotonic()
+        first.proc.send_signal(signal.SIGTERM)
+        hold.unlink()
+        assert first.proc.wait(60) == 0
+        # the drain's bound, the hand-back's grace (5 s) and the warm shutdown's margin
+        assert time.monotonic() - signalled < 4 + 5 + 15
+        for job_id in short:
+            assert wait_job(c, job_id)["status"] == "completed"
+            assert f"job {job_id} completed" in messages(fleet, "drain-slots", job_id)
+        for job_id in long:
+            assert f"job {job_id} handed back (the worker is stopping)" in messages(
+                fleet, "drain-slots", job_id)
+            assert fleet.sql(JOB, id=job_id)[0] == "queued"
+        second = fleet.start_worker("drain-slots-after", "audex-tts")
+        try:
+            for job_id in long:
+                final = wait_job(c, job_id)
+                assert final["status"] == "completed", final
+                *_, attempts, max_attempts = before[job_id]
+                # one more attempt allowed: the handed-back one did not fail
+                assert (final["attempts"], final["max_attempts"]) == (
+                    attempts + 1, max_attempts + 1)
+                done = [m for w in ("drain-slots", "drain-slots-after")
+                        for m in messages(fleet, w, job_id) if m == f"job {job_id} completed"]
+                assert done == [f"job {job_id} completed"]  # once, by the second worker
+        finally:
+            second.stop()
