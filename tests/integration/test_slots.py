@@ -10,10 +10,14 @@ from __future__ import annotations
 
 import json
 import threading
+import uuid
 from pathlib import Path
 
 import httpx
 import pytest
+
+from storage.db import make_engine, make_sessionmaker
+from storage.repositories.shares import ShareRepository
 
 from ..services import spawn, wait_until
 from .helpers import decode, wait_job
@@ -180,6 +184,38 @@ def test_two_streams_in_flight_each_get_their_own_chunks_in_order(stack, held, k
             assert job["outputs"][0]["duration_s"] == pytest.approx(
                 WORD_S * len(texts[i].split()), abs=0.021)
     assert got[0][1] != got[1][1][:len(got[0][1])]  # two voices, not one stream twice
+
+
+
+def test_slots_that_free_together_claim_in_fair_order_by_weight(stack, held, key):
+    """Eight slots free at once (their jobs cancelled) while two tenants wait: the
+    slots go by the fair share, not by the queue's order. The weight-1 tenant queued all
+    of its jobs first, and still the weight-3 tenant gets six of the eight (stride
+    order: three claims of the heavy tenant for each of the light one's)."""
+    suffix = uuid.uuid4().hex[:8]
+    light, heavy = f"slots-light-{suffix}", f"slots-heavy-{suffix}"
+    light_key, heavy_key = stack.new_key(light), stack.new_key(heavy)
+    engine = make_engine(stack.env["OMNIJOBS_DATABASE_URL"])
+    try:  # as `omnijobs tenants weight` sets it, without a CLI process
+        ShareRepository(make_sessionmaker(engine)).set_weight(heavy, 3)
+    finally:
+        engine.dispose()
+    with stack.client(key) as c, stack.client(light_key) as lc, \
+            stack.client(heavy_key) as hc:
+        fillers = [submit(c, words(i)) for i in range(8)]
+        held.wait_running(fillers)
+        light_ids = [submit(lc, words(i)) for i in range(8)]
+        heavy_ids = [submit(hc, words(i)) for i in range(8)]
+        for job_id in fillers:
+            assert c.post(f"/v1/jobs/{job_id}/cancel").json()["status"] == "cancelled"
+        waiting = light_ids + heavy_ids
+        wait_until(lambda: len(held.running(waiting)) == 8, 60, "eight new jobs in the engine")
+        running = held.running(waiting)
+        split = (sum(j in heavy_ids for j in running), sum(j in light_ids for j in running))
+        held.hold.unlink()
+        for job_id, text in zip(waiting, [words(i) for i in range(8)] * 2, strict=True):
+            assert_spoken(lc if job_id in light_ids else hc, job_id, text)
+    assert split == (6, 2), split
 
 
 def test_an_engine_death_with_eight_in_flight_requeues_all_eight(stack, held, key):
