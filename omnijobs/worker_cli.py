@@ -43,7 +43,8 @@ def worker(
 def _run_worker(pipeline: list[str] | None, metrics_port: int | None, loglevel: str) -> None:
     from pipelines import get_spec, served_pipelines
     from tasks.app import make_celery
-    from tasks.runtime import RESTART_EXIT, get_runtime
+    from tasks.exit_codes import RESTART_EXIT
+    from tasks.runtime import get_runtime
 
     start_logging(loglevel)
     settings = load_settings()

@@ -164,7 +164,7 @@ def pg_url() -> Iterator[str]:
 def sqlite_schema(tmp_path_factory) -> Path:
     """A SQLite file that the real migrations brought to head, once per process: about
     400 tests take a database of their own, and running every migration for each of
-    them was a tenth of the in-process tests' CPU."""
+    them was a quarter of the in-process tests' CPU."""
     path = tmp_path_factory.mktemp("schema") / "omnijobs.db"
     upgrade(f"sqlite:///{path}")
     return path

@@ -34,9 +34,10 @@ was given).
 Prompt markers choose failure behaviour: ``[silent]``, ``[slow]`` (for H3: 6 ms per
 frame of every clip before its one answer), ``[die]`` (once per
 ``die_marker`` file: the engine dies with every request it holds, and refuses any new
-one, as a vLLM engine whose core died does), ``[model_outputs]``, ``[hang]``, ``[engine-abort]``,
-``[guardrail]`` (a GuardrailViolationError, i.e. an OmniClientError) and ``[drawl]`` (a
-speaker four times slower than usual). ``[slow]`` Audex speech takes at least 10 ms a frame.
+one, as a vLLM engine whose core died does), ``[model_outputs]``, ``[hang]``,
+``[engine-abort]``, ``[guardrail]`` (a GuardrailViolationError, i.e. an OmniClientError)
+and ``[drawl]`` (a speaker four times slower than usual). ``[slow]`` Audex speech takes
+at least 10 ms a frame.
 """
 
 from __future__ import annotations
@@ -522,17 +523,16 @@ class FakeOmni:
         self.requests.append({"prompt": prompt, "params": copy.deepcopy(params),
                               "request_id": request_id, "modalities": output_modalities})
         text = prompt.get("prompt") or ""
-        if "[guardrail]" in text:  # a 4xx-class refusal (vllm_omni/errors.py:37)
-            raise GuardrailViolationError("Request rejected: the prompt violates the content "
-                                          "policy of this deployment. " + "Details. " * 40)
-        if self.errored:  # a dead engine refuses every new request (vLLM's ``errored``)
-            raise FakeEngineDeadError("EngineCore died")
         if "[die]" in text and self.die_marker and not Path(self.die_marker).exists():
             Path(self.die_marker).touch()
             self.errored = True
             if self._scheduler is not None:
                 self._scheduler.die(FakeEngineDeadError("EngineCore died"))
+        if self.errored:  # a dead engine refuses every new request (vLLM's ``errored``)
             raise FakeEngineDeadError("EngineCore died")
+        if "[guardrail]" in text:  # a 4xx-class refusal (vllm_omni/errors.py:37)
+            raise GuardrailViolationError("Request rejected: the prompt violates the content "
+                                          "policy of this deployment. " + "Details. " * 40)
         if self.stages[0] == "encoder":
             yield await self._video(params, prompt)
             return

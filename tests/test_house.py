@@ -92,4 +92,3 @@ def test_no_import_circles_in_the_service():
     found = circles(graph)
     assert not found, {" <-> ".join(group): {m: sorted(graph[m] & set(group)) for m in group}
                        for group in found}
-

@@ -5,11 +5,11 @@ another worker, exactly once."""
 
 from __future__ import annotations
 
-import json
 import signal
 import time
 from datetime import UTC, datetime
 
+from ..integration.helpers import EngineFiles
 from ..services import wait_until
 from .conftest import FleetStack, submit
 
@@ -85,7 +85,6 @@ def wait_job(c, job_id: str) -> dict:
     return c.get(f"/v1/jobs/{job_id}").json()
 
 
-
 AUDEX = "nvidia/Nemotron-Labs-Audex-2B"
 SHORT = "Done within the drain."  # 1.25 s of speech: well under a second to decode
 # 100 words, "[slow]" (699 characters, under the pipeline's 700): 25 s of speech at 10 ms
@@ -101,29 +100,20 @@ def test_a_drain_with_eight_in_flight_finishes_some_and_hands_back_the_rest(
     at the bound (not failed), the process exits soon after, and another worker
     completes each of them once. The engine is held still until the signal, so all
     eight are in it when the drain begins."""
-    hold, stats = tmp_path / "hold", tmp_path / "stats.json"
-    options = json.loads(fleet.env["OMNIJOBS_PIPELINE_OPTIONS"])
-    options["audex-tts"]["engine_kwargs"] = {"hold_file": str(hold),
-                                             "stats_file": str(stats)}
+    engine = EngineFiles(tmp_path)
     first = fleet.start_worker("drain-slots", "audex-tts", OMNIJOBS_DRAIN_S="4",
-                               OMNIJOBS_PIPELINE_OPTIONS=json.dumps(options))
+                               OMNIJOBS_PIPELINE_OPTIONS=engine.pipeline_options(
+                                   fleet.env["OMNIJOBS_PIPELINE_OPTIONS"]))
     assert "slots 8" in first.log.read_text()
-    hold.touch()  # after the start-up, whose warm-up request needs the engine running
-
-    def in_engine() -> int:
-        try:
-            return len(json.loads(stats.read_text())["running"])
-        except (FileNotFoundError, ValueError):
-            return 0
-
+    engine.hold.touch()  # after the start-up, whose warm-up request needs the engine running
     with fleet.client(fleet.new_key("drain-slots")) as c:
         long = [submit(c, AUDEX, LONG) for _ in range(4)]
         short = [submit(c, AUDEX, SHORT) for _ in range(4)]
-        wait_until(lambda: in_engine() == 8, 60, "eight jobs in the engine")
+        engine.wait_running(long + short)
         before = {j: fleet.sql(JOB, id=j) for j in long}
         signalled = time.monotonic()
         first.proc.send_signal(signal.SIGTERM)
-        hold.unlink()
+        engine.hold.unlink()
         assert first.proc.wait(60) == 0
         # the drain's bound, the hand-back's grace (5 s) and the warm shutdown's margin
         assert time.monotonic() - signalled < 4 + 5 + 15

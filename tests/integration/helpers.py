@@ -1,13 +1,18 @@
-"""Helpers for the end-to-end tests: polling and decoding downloads."""
+"""Helpers for the end-to-end tests: polling, decoding downloads, and the fake engine's
+files as a test sees them."""
 
 from __future__ import annotations
 
+import json
 import time
+from pathlib import Path
 
 import httpx
 
 from media.encode import FORMATS
 from media.probe import AudioProbe, probe_audio
+
+from ..services import wait_until
 
 TERMINAL = {"completed", "failed", "cancelled"}
 
@@ -37,3 +42,36 @@ def assert_openai_error(resp: httpx.Response, status: int, code: str | None = No
     if code is not None:
         assert err["code"] == code, err
     return err
+
+
+class EngineFiles:
+    """A worker's fake Audex engine (tests/fake_omni.py), seen from the test: its hold
+    file (while it exists the engine admits requests but runs no step), its stats file,
+    and its die marker (a "[die]" prompt kills the engine once)."""
+
+    def __init__(self, folder: Path) -> None:
+        self.hold, self.stats_file = folder / "hold", folder / "stats.json"
+        self.died = folder / "died"
+
+    def pipeline_options(self, options_json: str) -> str:
+        """``OMNIJOBS_PIPELINE_OPTIONS`` with audex-tts's engine writing these files."""
+        options = json.loads(options_json)
+        options["audex-tts"]["engine_kwargs"] = {"hold_file": str(self.hold),
+                                                 "stats_file": str(self.stats_file),
+                                                 "die_marker": str(self.died)}
+        return json.dumps(options)
+
+    def stats(self) -> dict:
+        try:
+            return json.loads(self.stats_file.read_text())
+        except (FileNotFoundError, json.JSONDecodeError):
+            return {"peak_seqs": 0, "running_seqs": 0, "running": [], "waiting": []}
+
+    def running(self, job_ids: list[str]) -> list[str]:
+        """The jobs of ``job_ids`` whose engine request is running now."""
+        running = self.stats()["running"]
+        return [j for j in job_ids if any(r.startswith(f"{j}-") for r in running)]
+
+    def wait_running(self, job_ids: list[str]) -> None:
+        wait_until(lambda: self.running(job_ids) == job_ids, 60,
+                   f"{len(job_ids)} jobs in the engine")

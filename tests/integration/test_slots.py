@@ -8,10 +8,8 @@ gave it can be read from its stats file before any of them finishes; then it run
 
 from __future__ import annotations
 
-import json
 import threading
 import uuid
-from pathlib import Path
 
 import httpx
 import pytest
@@ -20,46 +18,19 @@ from storage.db import make_engine, make_sessionmaker
 from storage.repositories.shares import ShareRepository
 
 from ..services import spawn, wait_until
-from .helpers import decode, wait_job
+from .helpers import EngineFiles, decode, wait_job
 
 AUDEX = "nvidia/Nemotron-Labs-Audex-2B"
 WORD_S = 0.25  # the fake engine speaks a word in a quarter of a second
-
-
-class Engine:
-    """The worker's fake engine, seen from the test: its hold and stats files."""
-
-    def __init__(self, folder: Path) -> None:
-        self.hold, self.stats_file = folder / "hold", folder / "stats.json"
-        self.died = folder / "died"  # a "[die]" prompt kills the engine once
-
-    def stats(self) -> dict:
-        try:
-            return json.loads(self.stats_file.read_text())
-        except (FileNotFoundError, json.JSONDecodeError):
-            return {"peak_seqs": 0, "running_seqs": 0, "running": [], "waiting": []}
-
-    def running(self, job_ids: list[str]) -> list[str]:
-        """The jobs of ``job_ids`` whose engine request is running now."""
-        running = self.stats()["running"]
-        return [j for j in job_ids if any(r.startswith(f"{j}-") for r in running)]
-
-    def wait_running(self, job_ids: list[str]) -> None:
-        wait_until(lambda: self.running(job_ids) == job_ids, 60,
-                   f"{len(job_ids)} jobs in the engine")
 
 
 @pytest.fixture(scope="module")
 def engine(stack, tmp_path_factory):
     """A worker serving Audex TTS with the deploy's 8 slots, its engine held until a test
     lets it run."""
-    engine = Engine(tmp_path_factory.mktemp("slots-engine"))
+    engine = EngineFiles(tmp_path_factory.mktemp("slots-engine"))
     env = dict(stack.env)
-    options = json.loads(env["OMNIJOBS_PIPELINE_OPTIONS"])
-    options["audex-tts"]["engine_kwargs"] = {"hold_file": str(engine.hold),
-                                             "stats_file": str(engine.stats_file),
-                                             "die_marker": str(engine.died)}
-    env["OMNIJOBS_PIPELINE_OPTIONS"] = json.dumps(options)
+    env["OMNIJOBS_PIPELINE_OPTIONS"] = engine.pipeline_options(env["OMNIJOBS_PIPELINE_OPTIONS"])
     proc = spawn("slots-worker", ["worker", "--pipeline", "audex-tts"], env,
                  stack.processes["worker"].log.parent)
     stack.processes["slots-worker"] = proc
@@ -184,7 +155,6 @@ def test_two_streams_in_flight_each_get_their_own_chunks_in_order(stack, held, k
             assert job["outputs"][0]["duration_s"] == pytest.approx(
                 WORD_S * len(texts[i].split()), abs=0.021)
     assert got[0][1] != got[1][1][:len(got[0][1])]  # two voices, not one stream twice
-
 
 
 def test_slots_that_free_together_claim_in_fair_order_by_weight(stack, held, key):

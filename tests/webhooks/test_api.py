@@ -29,8 +29,7 @@ class StubTester:
 
 @pytest.fixture
 def env(tmp_path, sqlite_url, monkeypatch) -> dict[str, str]:
-    url = sqlite_url
-    values = {"OMNIJOBS_DATABASE_URL": url, "OMNIJOBS_HOME": str(tmp_path)}
+    values = {"OMNIJOBS_DATABASE_URL": sqlite_url, "OMNIJOBS_HOME": str(tmp_path)}
     for name, value in values.items():
         monkeypatch.setenv(name, value)
     return values

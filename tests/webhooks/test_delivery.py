@@ -33,8 +33,8 @@ def receiver():
 
 @pytest.fixture
 def rt(tmp_path, sqlite_url) -> WorkerRuntime:
-    url = sqlite_url
-    settings = Settings(database_url=url, home=tmp_path, webhook_retry_schedule_s=[0, 0, 0],
+    settings = Settings(database_url=sqlite_url, home=tmp_path,
+                        webhook_retry_schedule_s=[0, 0, 0],
                         webhook_timeout_s=1.0, webhook_allowed_networks=["127.0.0.0/8"])
     return WorkerRuntime(settings)
 
