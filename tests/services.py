@@ -232,6 +232,8 @@ def forbid_processes() -> None:
 
 
 def stop_own_services() -> None:
+    if (zygote := _OWN.pop("zygote", None)) is not None:
+        zygote.stop()
     for key in ("redis", "pg"):
         if (server := _OWN.pop(key, None)) is not None:
             server.stop()
@@ -528,12 +530,36 @@ class Process:
 
 
 def spawn(name: str, args: list[str], env: dict[str, str], logdir: Path) -> Process:
+    """``python -m omnijobs.cli ARGS``, logging to ``logdir/name.log``: forked by this
+    process's zygote (tests/zygote.py: the libraries already imported) where it can be."""
     log = logdir / f"{name}.log"
+    log.write_bytes(b"")
+    if (zygote := _zygote()) is not None and zygote.serves(env, ROOT):
+        return Process(name, zygote.fork("omnijobs.cli", args, env, ROOT, log,
+                                         signal.SIGTERM), log)
     with log.open("wb") as out:  # the child keeps its own descriptor
         proc = subprocess.Popen([sys.executable, "-m", "omnijobs.cli", *args], env=env,
                                 cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
                                 preexec_fn=orphan_guard())
     return Process(name, proc, log)
+
+
+def _zygote():
+    """This process's zygote, started on first use (under pytest only, from the main
+    thread: its own orphan guard is tied to the thread that starts it)."""
+    import threading
+
+    from .zygote import Zygote
+
+    if os.environ.get("OMNIJOBS_TEST_ZYGOTE") == "0":  # every process a fresh Python
+        return None
+    if "zygote" not in _OWN:
+        if not _OWN.get("enabled") or threading.current_thread() is not threading.main_thread():
+            return None
+        env = {k: v for k, v in os.environ.items() if not k.startswith("OMNIJOBS_")}
+        env["PYTHONPATH"] = str(ROOT)
+        _OWN["zygote"] = Zygote(ROOT, env, orphan_guard(signal.SIGKILL))
+    return _OWN["zygote"]
 
 
 def stop_all(procs: list[Process]) -> None:
