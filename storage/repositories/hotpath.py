@@ -8,6 +8,10 @@ round trips, each with its share of Python, on the path between a submit and its
 answer. Here each transition is one statement of data-modifying CTEs: every part keyed
 on the row the compare-and-set returned, so a lost race writes nothing at all.
 
+The statements are built on first use, not at import: building them is a fifth of a
+second of Python that the API and the maintenance process, which never claim or
+complete, would pay at every start.
+
 What stays a statement of its own: the claim first locks its lane's clock row (and
 finds the lane from the message's token), because a statement's snapshot is taken when
 it starts: the pick must see every claim that took the lane before it. SQLite runs the
@@ -16,6 +20,8 @@ repository tests run both.
 """
 
 from __future__ import annotations
+
+from functools import cache
 
 from sqlalchemy import (
     JSON,
@@ -67,7 +73,8 @@ from .webhook_log import PENDING
 _NOW = bindparam("now", type_=UTCDateTime())
 
 
-def _lock_lane():
+@cache
+def lock_lane():
     """Lock the lane of the queued job holding ``:token`` (its clock row, made on first
     use) and return the lane and its time; no row: nothing holds the token."""
     h = Job.__table__.alias("h")
@@ -81,7 +88,6 @@ def _lock_lane():
         LaneClock.pipeline, LaneClock.lane, LaneClock.vtime)
 
 
-LOCK_LANE = _lock_lane()
 
 
 def _matches(types_column, event_type):
@@ -161,7 +167,10 @@ def _claim(lane: str, returning):
                                    *_stage_event(claimed, "started", _NOW))
 
 
-CLAIM = {lane: _claim(lane, fair.CLAIMED) for lane in fair.LANES}
+@cache
+def claim(lane: str):
+    """The claim statement of ``lane`` (``_claim``), built once."""
+    return _claim(lane, fair.CLAIMED)
 
 
 def _outputs(done):
@@ -216,7 +225,8 @@ def _usage(done, closed):
         JobUsage.job_id).cte("usage")
 
 
-def _complete():
+@cache
+def complete():
     """running -> completed on attempt ``:attempt``, with the outputs, the attempt's end
     and time (``:timed``: the worker measured it), the usage record and the
     ``completed`` event; returns the job's id, or nothing if the attempt lost."""
@@ -238,7 +248,6 @@ def _complete():
                                      *_stage_event(done, "completed", _NOW))
 
 
-COMPLETE = _complete()
 
 
 def media(outputs) -> dict:

@@ -1,12 +1,13 @@
 """Claims and heartbeats: queued -> running with a lease, and the lease kept alive.
 
 Each statement is built once and run with parameters; on PostgreSQL the fair claim is one
-statement (``hotpath.CLAIM``) after the lane's lock.
+statement (``hotpath.claim``) after the lane's lock.
 """
 
 from __future__ import annotations
 
 from datetime import timedelta
+from functools import cache
 from typing import Any
 
 from sqlalchemy import bindparam, func, update
@@ -37,7 +38,11 @@ def _claim_statement(with_token: bool):
 
 
 _CLAIM = (_claim_statement(False), _claim_statement(True))
-_FAIR_CLAIM = {lane: fair.claim_statement(lane, fair.CLAIMED) for lane in fair.LANES}
+
+
+@cache
+def _fair_claim(lane: str):
+    return fair.claim_statement(lane, fair.CLAIMED)
 
 
 def _heartbeat_statement(with_progress: bool):
@@ -93,7 +98,7 @@ class ClaimTransitions(JobStore):
         params["p_pipeline"] = pipeline
         with self._sessions.begin() as s:
             params["p_vtime"] = vtime = fair.lock_lane(s, pipeline, lane)
-            job = s.connection().execute(_FAIR_CLAIM[lane], params).one_or_none()
+            job = s.connection().execute(_fair_claim(lane), params).one_or_none()
             if job is None:
                 return None
             if job.dispatch_token != token:  # its message now wakes the lane for the holder
@@ -106,14 +111,14 @@ class ClaimTransitions(JobStore):
 
     def _claim_in_one(self, params: dict[str, Any]) -> JobRecord | None:
         """``claim_next`` on PostgreSQL: the lane's lock, then one statement
-        (``hotpath.CLAIM``) that claims and writes what a claim writes."""
+        (``hotpath.claim``) that claims and writes what a claim writes."""
         with self._engine.begin() as conn:
-            lane = conn.execute(hotpath.LOCK_LANE, params).first()
+            lane = conn.execute(hotpath.lock_lane(), params).first()
             if lane is None:
                 return None
             params.update(p_pipeline=lane.pipeline, p_vtime=lane.vtime,
                           p_event=new_event_id())
-            job = conn.execute(hotpath.CLAIM[lane.lane], params).one_or_none()
+            job = conn.execute(hotpath.claim(lane.lane), params).one_or_none()
             return None if job is None else job_record(job, outputs=())
 
     def heartbeat(self, job_id: str, attempt: int, lease_s: float,

@@ -55,7 +55,7 @@ class EndTransitions(JobStore):
     def complete(self, job_id: str, attempt: int, outputs: list[OutputRecord],
                  output_ttl_s: float, render: tuple[float, str | None] | None = None) -> bool:
         """Outputs + running -> completed + the usage record in one transaction (one
-        statement on PostgreSQL, ``hotpath.COMPLETE``); nothing written if we lost. A
+        statement on PostgreSQL, ``hotpath.complete()``); nothing written if we lost. A
         running job has no outputs (they are written only here, and completed is final).
         The outputs expire ``output_ttl_s`` after completion; ``render``: the worker's
         (seconds in the pipeline, device) for this attempt.
@@ -65,7 +65,7 @@ class EndTransitions(JobStore):
         now = utcnow()
         if self._dialect == "postgresql":
             with self._engine.connect().execution_options(isolation_level="AUTOCOMMIT") as c:
-                return c.execute(hotpath.COMPLETE, {
+                return c.execute(hotpath.complete(), {
                     "p_job": job_id, "p_attempt": attempt, "now": now,
                     "p_expires": now + timedelta(seconds=output_ttl_s),
                     "p_outputs": [asdict(o) for o in outputs], "p_event": new_event_id(),
