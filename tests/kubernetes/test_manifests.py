@@ -8,6 +8,7 @@ fleet's gauges."""
 from __future__ import annotations
 
 import json
+import math
 import shlex
 from pathlib import Path
 
@@ -19,6 +20,8 @@ from pydantic import ValidationError
 
 from core.settings import Settings
 from tasks.runtime import HAND_BACK_GRACE_S
+
+from ..fake_omni import stage_max_num_seqs
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy" / "kubernetes"
@@ -175,6 +178,35 @@ def test_each_gpu_worker_scales_from_zero_on_its_queue(name, scaler):
         refs = {t["authenticationRef"]["name"] for t in scaled["spec"]["triggers"]}
         assert refs == {d["metadata"]["name"] for _, d in KEDA
                         if d["kind"] == "TriggerAuthentication"}
+
+
+def slots_per_worker(pipeline: str) -> int:
+    """The slots a worker of ``pipeline`` computes from the shipped ConfigMap
+    (pipelines/audex.py, base.py): the option ``slots``, else the smallest
+    ``max_num_seqs`` of the stages of its vLLM-Omni deploy config (the released wheel's
+    yaml, under any engine argument), else one."""
+    options = json.loads(CONFIG["OMNIJOBS_PIPELINE_OPTIONS"]).get(pipeline, {})
+    if "slots" in options:
+        return int(options["slots"])
+    if deploy := options.get("deploy_config"):
+        return min(stage_max_num_seqs(deploy, options.get("engine_kwargs", {})))
+    return 1
+
+
+@pytest.mark.parametrize("name", sorted(GPU_WORKERS))
+@pytest.mark.parametrize("scaler", ["prometheus", "postgresql"])
+def test_each_scaler_divides_the_jobs_by_the_slots_per_worker(name, scaler):
+    """A target of one pod per ``slots`` jobs: the autoscaler asks for ceil(jobs / target)
+    pods, so 16 queued Audex jobs (8 slots a worker) ask for 2 workers, not 16."""
+    [pipeline] = pipelines_of(GPU_WORKERS[name])
+    [scaled] = [d for p, d in KEDA if p.parent.name == scaler and d["kind"] == "ScaledObject"
+                and d["spec"]["scaleTargetRef"]["name"] == name]
+    jobs = next(t for t in scaled["spec"]["triggers"] if t["name"] == "jobs")
+    target = int(jobs["metadata"]["threshold" if scaler == "prometheus" else "targetQueryValue"])
+    slots = slots_per_worker(pipeline)
+    assert target == slots
+    if pipeline == "audex-tts":
+        assert slots == 8 and math.ceil(16 / target) == 2
 
 
 def test_services_and_budgets_select_pods_that_exist():
