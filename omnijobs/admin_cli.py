@@ -125,7 +125,8 @@ def workers(show_all: Annotated[bool, typer.Option(
         "--all", help="Also list processes whose heartbeat stopped (dead, not yet pruned)")
         ] = False) -> None:
     """List the fleet from the worker registry: every live worker and the maintenance
-    process, with host, pid, pipelines, device, version, start, last heartbeat, job."""
+    process, with host, pid, pipelines, device, version, start, last heartbeat, its
+    engine's slots (held/total) and every job in flight (* only finalizing)."""
     from datetime import UTC, datetime
 
     from storage.db import make_engine, make_sessionmaker
@@ -135,12 +136,18 @@ def workers(show_all: Annotated[bool, typer.Option(
     rows = registry.listed() if show_all else registry.live()
     now = datetime.now(UTC)
     typer.echo(f"{'role':<12} {'host':<20} {'pid':>7} {'state':<9} {'device':<10} "
-               f"{'version':<9} {'started':<20} {'beat':>6} {'job':<36} pipelines")
+               f"{'version':<9} {'started':<20} {'beat':>6} {'slots':>5} {'jobs':<36} "
+               "pipelines")
     for w in rows:
         state = ("dead" if w.expires_at <= now else "draining" if w.draining_at else "live")
         beat = f"{(now - w.heartbeat_at).total_seconds():.0f}s"
+        slots = f"{w.slots_busy}/{w.slots}" if w.role == "worker" else "-"
+        jobs = ",".join(j.id + ("*" if j.finalizing else "") for j in w.in_flight)
         typer.echo(f"{w.role:<12} {w.host[:20]:<20} {w.pid:>7} {state:<9} "
                    f"{(w.device or '-')[:10]:<10} {w.version[:9]:<9} {when(w.started_at):<20} "
-                   f"{beat:>6} {w.job_id or '-':<36} {','.join(w.pipelines) or '-'}")
+                   f"{beat:>6} {slots:>5} {jobs or w.job_id or '-':<36} "
+                   f"{','.join(w.pipelines) or '-'}")
     if not rows:
         typer.echo("(no live workers)" if not show_all else "(the registry is empty)")
+    elif any(j.finalizing for w in rows for j in w.in_flight):
+        typer.echo("* finalizing: done on the engine, muxing and uploading (holds no slot)")

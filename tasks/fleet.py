@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import REGISTRY, Collector
 
-from storage.records import QueueSignals
+from storage.records import QueueSignals, SlotCount
 
 from .runtime import WorkerRuntime
 
@@ -32,22 +32,22 @@ class FleetCollector(Collector):
         self.rt = rt
         self._lock = threading.Lock()
         self._read_at = float("-inf")
-        self._last: tuple[QueueSignals, dict[str, int]] | None = None
+        self._last: tuple[QueueSignals, dict[str, SlotCount]] | None = None
 
     def describe(self) -> list:
         """Nothing to declare up front: registering must not read the database."""
         return []
 
-    def read(self) -> tuple[QueueSignals, dict[str, int]]:
-        """The signals and the serving workers per pipeline, at most one database read
-        per cache period."""
+    def read(self) -> tuple[QueueSignals, dict[str, SlotCount]]:
+        """The signals, and the serving workers and their slots per pipeline, at most
+        one database read per cache period."""
         settings = self.rt.settings
         with self._lock:
             if self._last is None or time.monotonic() - self._read_at >= \
                     settings.fleet_metrics_cache_s:
                 signals = self.rt.queues.signals(settings.pipelines,
                                                  settings.fleet_rate_window_s)
-                self._last = (signals, self.rt.workers.serving(list(signals.running)))
+                self._last = (signals, self.rt.workers.slots(list(signals.running)))
                 self._read_at = time.monotonic()
             return self._last
 
@@ -55,7 +55,7 @@ class FleetCollector(Collector):
         ok = GaugeMetricFamily("omnijobs_queue_signals_ok",
                                "1 if the queue gauges were read from the database")
         try:
-            signals, workers = self.read()
+            signals, slots = self.read()
         except Exception:  # the database is down: say so, export no made-up zeros
             log.warning("queue signals unavailable", exc_info=True)
             ok.add_metric([], 0)
@@ -63,10 +63,10 @@ class FleetCollector(Collector):
             return
         ok.add_metric([], 1)
         yield ok
-        yield from families(signals, workers)
+        yield from families(signals, slots)
 
 
-def families(signals: QueueSignals, workers: dict[str, int]) -> Iterator[GaugeMetricFamily]:
+def families(signals: QueueSignals, slots: dict[str, SlotCount]) -> Iterator[GaugeMetricFamily]:
     by_lane = ["pipeline", "lane"]
     depth = GaugeMetricFamily("omnijobs_queue_depth", "Jobs queued, by pipeline and lane "
                               "(interactive: jobs of no batch; bulk: a batch's)", labels=by_lane)
@@ -80,15 +80,27 @@ def families(signals: QueueSignals, workers: dict[str, int]) -> Iterator[GaugeMe
         oldest = lane.oldest_queued_at
         age.add_metric(labels, max(0.0, (signals.at - oldest).total_seconds()) if oldest else 0)
         rate.add_metric(labels, lane.completed / signals.window_s)
-    running = GaugeMetricFamily("omnijobs_jobs_running", "Jobs running, by pipeline",
-                                labels=["pipeline"])
+    running = GaugeMetricFamily("omnijobs_jobs_running", "Jobs running on an engine slot, by "
+                                "pipeline (those only finalizing left out)", labels=["pipeline"])
+    finalizing = GaugeMetricFamily("omnijobs_jobs_finalizing", "Jobs done on the engine that "
+                                   "wait only for their mux and upload", labels=["pipeline"])
     serving = GaugeMetricFamily("omnijobs_workers", "Live workers taking the pipeline's jobs "
                                 "(draining ones left out)", labels=["pipeline"])
+    total = GaugeMetricFamily("omnijobs_worker_slots", "Engine slots of the workers counted "
+                              "by omnijobs_workers", labels=["pipeline"])
+    busy = GaugeMetricFamily("omnijobs_slots_busy", "Of omnijobs_worker_slots, those held by "
+                             "a job generating (a guided job holds two)", labels=["pipeline"])
     for pipeline, n in signals.running.items():
-        running.add_metric([pipeline], n)
-    for pipeline, n in workers.items():
-        serving.add_metric([pipeline], n)
-    yield from (depth, age, rate, running, serving)
+        done = slots.get(pipeline, SlotCount()).finalizing
+        # The database says running until the upload is recorded; the registry knows
+        # which of those left the engine (a row is at most a heartbeat behind).
+        running.add_metric([pipeline], max(0, n - done))
+        finalizing.add_metric([pipeline], min(n, done))
+    for pipeline, count in slots.items():
+        serving.add_metric([pipeline], count.workers)
+        total.add_metric([pipeline], count.slots)
+        busy.add_metric([pipeline], count.busy)
+    yield from (depth, age, rate, running, finalizing, serving, total, busy)
 
 
 def serve_metrics(rt: WorkerRuntime, port: int) -> None:

@@ -94,6 +94,13 @@ class Lease:
         self._progress_at = self._started  # when progress was last recorded
         self._thread = threading.Thread(target=self._run, name=f"lease-{job_id}", daemon=True)
 
+    def mark_generated(self) -> None:
+        """The engine's part is done: the job holds no slot now, only its finalize is
+        left (the registry's row says so at once)."""
+        self.generated = True
+        if self._in_flight is not None:
+            self._in_flight.on_change()
+
     def report_progress(self, fraction: float) -> None:
         self._progress = int(max(0.0, min(1.0, fraction)) * 99)
         if (self._progress != self._sent

@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from importlib.metadata import version
 
-from storage.records import WorkerBeat
+from storage.records import InFlightJob, WorkerBeat
 from storage.repositories import WorkerRepository
 
 log = logging.getLogger(__name__)
@@ -44,14 +44,17 @@ class SlotView:
     """What a worker's engine holds now, as the registry and the fleet signals read it.
 
     ``busy`` counts engine slots held by jobs still generating (a guided job holds two);
-    ``finalizing`` counts jobs whose engine part is done and that only wait for their
-    mux and upload, so they hold no slot; ``jobs`` lists every job in flight.
+    ``jobs`` lists every job in flight, those whose engine part is done and that only
+    wait for their mux and upload (``finalizing``, holding no slot) among them.
     """
 
     total: int = 1
     busy: int = 0
-    finalizing: int = 0
-    jobs: tuple[str, ...] = ()
+    jobs: tuple[InFlightJob, ...] = ()
+
+    @property
+    def finalizing(self) -> int:
+        return sum(1 for job in self.jobs if job.finalizing)
 
 
 class Presence:
@@ -63,8 +66,7 @@ class Presence:
         self._current_job, self._draining = current_job, draining
         # The runtime tells what its engine holds; until it does, one slot, busy while
         # there is a current job.
-        self._slots = slots or (lambda: SlotView(busy=int(self._current_job() is not None),
-                                                 jobs=tuple(filter(None, [self._current_job()]))))
+        self._slots = slots or (lambda: SlotView(busy=int(self._current_job() is not None)))
         self._wake, self._stopped = threading.Event(), threading.Event()
         self._lock = threading.Lock()  # no beat lands after the row was removed
         self._thread = threading.Thread(target=self._run, name="presence", daemon=True)
@@ -82,8 +84,10 @@ class Presence:
             if self._stopped.is_set():
                 return
             try:
+                view = self._slots()
                 self._workers.beat(replace(self.identity, job_id=self._current_job(),
-                                           draining=self._draining()),
+                                           draining=self._draining(), slots=view.total,
+                                           slots_busy=view.busy, in_flight=view.jobs),
                                    ttl_s=TTL_BEATS * self.period_s)
             except Exception:  # the database is down: the row's slack covers a few beats
                 log.warning("worker registry heartbeat failed", exc_info=True)

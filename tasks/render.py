@@ -313,7 +313,7 @@ def render_claimed(rt: WorkerRuntime, app: Celery, job: JobRecord) -> str | tupl
         notify(rt.bus, job.id)
         JOBS_FINISHED.labels(job.pipeline, result).inc()
         return result
-    lease.generated = True
+    lease.mark_generated()
     return raw, lease
 
 

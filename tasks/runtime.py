@@ -35,6 +35,7 @@ from pipelines import (
 from storage.bus import Bus, make_bus
 from storage.db import DbBounds, make_engine, make_sessionmaker
 from storage.objects import ObjectStore, make_store
+from storage.records import InFlightJob
 from storage.repositories import (
     BatchRepository,
     FileRepository,
@@ -125,11 +126,9 @@ class WorkerRuntime:
 
     def slot_view(self) -> SlotView:
         """What the engine holds now, for the registry."""
-        leases, busy = self.in_flight.leases(), self.slots.busy
-        generating = sum(1 for lease in leases if not lease.generated)
-        return SlotView(total=self.slots.total, busy=busy,
-                        finalizing=len(leases) - generating,
-                        jobs=tuple(lease.job_id for lease in leases))
+        return SlotView(total=self.slots.total, busy=self.slots.busy, jobs=tuple(
+            InFlightJob(lease.job_id, lease.pipeline, finalizing=lease.generated)
+            for lease in self.in_flight.leases()))
 
     def announce(self, role: str = "worker") -> None:
         """Start this process's row in the worker registry (once it takes work)."""

@@ -9,6 +9,7 @@ import re
 import socket
 import subprocess
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -183,6 +184,34 @@ def test_tenants_weight_sets_the_share_and_refuses_nonsense(tmp_path):
     assert listed[1].split() == ["acme", "3"]
     assert omnijobs(tmp_path, "tenants", "weight", "acme", "0").returncode == 2
     assert "no tenant" in omnijobs(tmp_path, "tenants", "weight", "nobody", "2").stderr
+
+
+def test_workers_shows_the_slots_held_and_every_job_in_flight(tmp_path):
+    """An 8-slot engine with three held (a guided job holds two) and a third job only
+    uploading: ``omnijobs workers`` says 3/8 and names all three, the finalizing one
+    marked and explained."""
+    from dataclasses import replace
+
+    from storage.db import make_engine, make_sessionmaker
+    from storage.records import InFlightJob, WorkerBeat
+    from storage.repositories import WorkerRepository
+
+    assert omnijobs(tmp_path, "migrate").returncode == 0
+    engine = make_engine(f"sqlite:///{tmp_path / '.omnijobs' / 'omnijobs.db'}")
+    beat = WorkerBeat(id="gpu-host:77", role="worker", host="gpu-host", pid=77,
+                      pipelines=("audex-tts",), device="cuda:0", version="0.1.0",
+                      started_at=datetime.now(UTC))
+    WorkerRepository(make_sessionmaker(engine)).beat(replace(
+        beat, slots=8, slots_busy=3, in_flight=(
+            InFlightJob("job_a", "audex-tts"), InFlightJob("job_b", "audex-tts"),
+            InFlightJob("job_c", "audex-tts", finalizing=True))), ttl_s=60)
+    engine.dispose()
+    listed = omnijobs(tmp_path, "workers")
+    assert listed.returncode == 0, listed.stderr
+    header, row, legend = listed.stdout.splitlines()
+    assert header.split()[-3:] == ["slots", "jobs", "pipelines"]
+    assert row.split()[-3:] == ["3/8", "job_a,job_b,job_c*", "audex-tts"]
+    assert legend.startswith("* finalizing")
 
 
 def test_the_console_script_and_the_supervisor_stay_light():

@@ -33,3 +33,8 @@ class Worker(Base):
     expires_at: Mapped[datetime] = mapped_column(UTCDateTime())
     job_id: Mapped[str | None] = mapped_column(String(40))
     draining_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    # The engine's slots, those held, and every job in flight as [id, pipeline,
+    # finalizing] (a worker keeps several on one engine).
+    slots: Mapped[int] = mapped_column(Integer, server_default="1")
+    slots_busy: Mapped[int] = mapped_column(Integer, server_default="0")
+    in_flight: Mapped[list] = mapped_column(JSON, server_default="[]")

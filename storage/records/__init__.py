@@ -12,10 +12,12 @@ from .batches import (
     RequestCounts,
 )
 from .fleet import (
+    InFlightJob,
     LanePicture,
     LaneSignals,
     QueueSignals,
     QueueStanding,
+    SlotCount,
     WorkerBeat,
     WorkerProcess,
     WorkerRecord,
@@ -51,6 +53,6 @@ __all__ = [
     "JobFilter", "JobObjects", "JobRecord", "JobWebhookRequest", "KeyRecord", "LanePicture",
     "LaneSignals", "LineRejected", "NewFile", "NewJob", "OutboxRecord", "OutputRecord",
     "QueueSignals", "QueueStanding", "RejectionRecord", "RequestCounts", "SecretRecord",
-    "SessionRecord", "UsageRecord", "WorkerBeat", "WorkerProcess",
+    "SessionRecord", "UsageRecord", "WorkerBeat", "WorkerProcess", "InFlightJob", "SlotCount",
     "WorkerRecord",
 ]

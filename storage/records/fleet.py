@@ -22,11 +22,35 @@ class WorkerProcess:
 
 
 @dataclass(frozen=True)
+class InFlightJob:
+    """A job a worker holds: generating on its engine, or (``finalizing``) done there
+    and waiting only for its mux and upload, holding no engine slot."""
+
+    id: str
+    pipeline: str
+    finalizing: bool = False
+
+
+@dataclass(frozen=True)
+class SlotCount:
+    """A pipeline's live workers that take its jobs, their engine slots in all and held,
+    and the jobs only finalizing (on any live worker, a draining one included)."""
+
+    workers: int = 0
+    slots: int = 0
+    busy: int = 0
+    finalizing: int = 0
+
+
+@dataclass(frozen=True)
 class WorkerBeat(WorkerProcess):
     """What a process of the fleet says about itself in each heartbeat."""
 
     job_id: str | None = None  # the job it is generating, if any
     draining: bool = False  # told to stop: it claims nothing more
+    slots: int = 1  # jobs its engine takes at once
+    slots_busy: int = 0  # of those, held now (a guided job holds two)
+    in_flight: tuple[InFlightJob, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -35,6 +59,9 @@ class WorkerRecord(WorkerProcess):
     expires_at: datetime
     job_id: str | None
     draining_at: datetime | None
+    slots: int = 1
+    slots_busy: int = 0
+    in_flight: tuple[InFlightJob, ...] = ()
 
     def serves(self, pipeline: str) -> bool:
         """A render worker that takes this pipeline's jobs (a draining one takes none)."""

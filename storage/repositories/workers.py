@@ -10,13 +10,14 @@ every read here is a scan of a few rows.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import delete, func, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from ..models import Worker
-from ..records import WorkerBeat, WorkerRecord
+from ..records import InFlightJob, SlotCount, WorkerBeat, WorkerRecord
 
 
 def _now() -> datetime:
@@ -27,7 +28,9 @@ def _record(w: Worker) -> WorkerRecord:
     return WorkerRecord(id=w.id, role=w.role, host=w.host, pid=w.pid,
                         pipelines=tuple(w.pipelines), device=w.device, version=w.version,
                         started_at=w.started_at, heartbeat_at=w.heartbeat_at,
-                        expires_at=w.expires_at, job_id=w.job_id, draining_at=w.draining_at)
+                        expires_at=w.expires_at, job_id=w.job_id, draining_at=w.draining_at,
+                        slots=w.slots, slots_busy=w.slots_busy,
+                        in_flight=tuple(InFlightJob(*job) for job in w.in_flight or ()))
 
 
 class WorkerRepository:
@@ -44,7 +47,8 @@ class WorkerRepository:
                   "pipelines": list(beat.pipelines), "device": beat.device,
                   "version": beat.version, "started_at": beat.started_at,
                   "heartbeat_at": now, "expires_at": now + timedelta(seconds=ttl_s),
-                  "job_id": beat.job_id}
+                  "job_id": beat.job_id, "slots": beat.slots, "slots_busy": beat.slots_busy,
+                  "in_flight": [[j.id, j.pipeline, j.finalizing] for j in beat.in_flight]}
         draining = {"draining_at": func.coalesce(Worker.draining_at, now)} if beat.draining \
             else {}
         engine = self._sessions.kw["bind"]
@@ -83,6 +87,24 @@ class WorkerRepository:
             for name in worker.pipelines:
                 if worker.serves(name):
                     counts[name] = counts.get(name, 0) + 1
+        return counts
+
+    def slots(self, pipelines: list[str] | tuple[str, ...]) -> dict[str, SlotCount]:
+        """Per pipeline, what ``serving`` counts and those workers' engine slots, in all
+        and held (a worker that serves several pipelines counts under each), and its
+        jobs only finalizing on any live worker: for every pipeline named and any other
+        a live worker serves. One read of the registry."""
+        counts = {name: SlotCount() for name in pipelines}
+        for worker in self.live():
+            for name in worker.pipelines:
+                if worker.serves(name):
+                    c = counts.get(name, SlotCount())
+                    counts[name] = replace(c, workers=c.workers + 1, slots=c.slots + worker.slots,
+                                           busy=c.busy + worker.slots_busy)
+            for job in worker.in_flight:
+                if job.finalizing and worker.role == "worker":
+                    c = counts.get(job.pipeline, SlotCount())
+                    counts[job.pipeline] = replace(c, finalizing=c.finalizing + 1)
         return counts
 
     def prune(self, dead_for_s: float) -> int:

@@ -321,7 +321,7 @@ def test_an_operator_sees_two_tenants(context, console_stack, acme, globex, tmp_
 
 def test_the_workers_page_shows_the_registry(context, console_stack, acme):
     """The Workers page reads the worker registry: an operator sees the stack's worker
-    process with its pipelines, busy with the job it renders (linked), and the Overview
+    process with its pipelines, its slots, busy with the job it renders (linked), and the Overview
     counts it among the pipeline's live workers; a tenant's key sees the count per
     pipeline and no hosts or processes."""
     job = busy_worker(acme[2])
@@ -334,6 +334,7 @@ def test_the_workers_page_shows_the_registry(context, console_stack, acme):
     wait_until(lambda: (page.reload(), row.count())[1] == 1, 20, "the busy worker's row")
     assert "test-sleep" in row.inner_text() and "busy" in row.inner_text()
     assert row.locator(f"a[href='/console/jobs/{job['id']}']").count() == 1
+    assert row.locator("td.slots").inner_text().endswith("/1")  # held of one slot
     page.goto("/console")
     cells = page.locator("#queues ~ div table tbody tr", has_text="test-sleep")
     assert cells.count() >= 1 and cells.first.locator("td").last.inner_text() == "1"

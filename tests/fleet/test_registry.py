@@ -51,6 +51,7 @@ def test_the_registry_follows_a_worker_from_start_to_death(fleet: FleetStack):
         assert (row.role, row.pipelines, row.host, row.device, row.version) == (
             "worker", ("test-slow",), socket.gethostname(), "cpu", version("omnijobs"))
         assert row.draining_at is None and row.started_at <= row.heartbeat_at
+        assert row.slots == 1 and [j.id for j in row.in_flight] == [job_id]
         wait_until(lambda: c.get(f"/v1/jobs/{job_id}").json()["status"] == "completed", 60,
                    "the job to complete")
         assert c.get(f"/v1/jobs/{job_id}").json()["status_detail"] is None

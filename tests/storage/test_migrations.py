@@ -97,7 +97,8 @@ def test_migrated_schema_has_the_model_indexes_and_constraints(fresh_url: str) -
         assert {"ix_jobs_queued_interactive", "ix_jobs_queued_bulk"} <= job_indexes
         worker_cols = {c["name"] for c in insp.get_columns("workers")}
         assert {"host", "pid", "pipelines", "device", "version", "started_at",
-                "heartbeat_at", "expires_at", "job_id", "draining_at"} <= worker_cols
+                "heartbeat_at", "expires_at", "job_id", "draining_at", "slots",
+                "slots_busy", "in_flight"} <= worker_cols  # 0014: slots
         key_cols = {c["name"] for c in insp.get_columns("api_keys")}
         assert {"key_hash", "prefix", "tenant_id", "revoked_at", "operator"} <= key_cols
         # 0006: files record their expiry, found by an index; batches keep their policy

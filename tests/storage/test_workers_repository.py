@@ -13,7 +13,7 @@ from sqlalchemy import update
 
 from storage.db import make_engine, make_sessionmaker
 from storage.models import Worker
-from storage.records import WorkerBeat
+from storage.records import InFlightJob, SlotCount, WorkerBeat
 from storage.repositories import WorkerRepository
 
 
@@ -73,3 +73,28 @@ def test_expired_rows_drop_out_and_are_pruned_later(registry):
     assert dead.id not in {w.id for w in repo.listed()}
     assert repo.remove(alive.id) and not repo.remove(alive.id)
     assert repo.serving([p])[p] == 0
+
+
+def test_a_beat_records_the_slots_and_every_job_in_flight(registry):
+    """An engine with 8 slots, 3 held (a guided job holds two), and a third job that only
+    waits for its upload: the row says so, and the fleet's slot counts sum the workers
+    that take the pipeline (a draining one takes nothing: its slots are not capacity,
+    but a job it finalizes still counts as finalizing)."""
+    repo, _ = registry
+    p = f"p-{uuid.uuid4().hex[:8]}"
+    jobs = (InFlightJob("job_a", p), InFlightJob("job_b", p),
+            InFlightJob("job_c", p, finalizing=True))
+    me = replace(beat((p,)), slots=8, slots_busy=3, in_flight=jobs)
+    repo.beat(me, ttl_s=30)
+    [row] = [w for w in repo.live() if w.id == me.id]
+    assert (row.slots, row.slots_busy, row.in_flight) == (8, 3, jobs)
+    counts = repo.slots([p, "other"])  # "other": named, served by none
+    assert (counts[p], counts["other"]) == (SlotCount(1, slots=8, busy=3, finalizing=1),
+                                            SlotCount())
+    repo.beat(replace(beat((p,)), slots=8, slots_busy=8), ttl_s=30)
+    repo.beat(replace(beat((p,)), slots=8, slots_busy=1, draining=True,
+                      in_flight=(InFlightJob("job_d", p, finalizing=True),)), ttl_s=30)
+    assert repo.slots([p])[p] == SlotCount(2, slots=16, busy=11, finalizing=2)
+    repo.beat(replace(me, slots_busy=0, in_flight=()), ttl_s=30)  # all three done
+    [row] = [w for w in repo.live() if w.id == me.id]
+    assert (row.slots_busy, row.in_flight) == (0, ())
