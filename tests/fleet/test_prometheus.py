@@ -1,10 +1,11 @@
 """The KEDA objects' expressions, run for real: a Prometheus server scraping this stack's
 maintenance process answers the Prometheus scaler's queries with the number of queued
 jobs (and their oldest age); the PostgreSQL scaler's queries say the same from the
-database."""
+database; with a real 8-slot worker, the Audex object's target divides by its slots."""
 
 from __future__ import annotations
 
+import math
 import shutil
 import subprocess
 from collections.abc import Iterator
@@ -14,12 +15,14 @@ import httpx
 import pytest
 import yaml
 
+from ..integration.helpers import EngineFiles
 from ..services import ROOT, free_port, unavailable, wait_until
 from .conftest import FleetStack, submit
 
 KEDA = ROOT / "deploy" / "kubernetes" / "keda"
 TEMPLATE = "audex-tts"  # the manifests' pipeline, swapped for one this stack leaves unserved
 PIPELINE = "test-silent"
+AUDEX = "nvidia/Nemotron-Labs-Audex-2B"
 
 
 def scaler_queries(scaler: str) -> list[str]:
@@ -81,3 +84,35 @@ def test_the_keda_expressions_count_the_queued_jobs(fleet: FleetStack, prometheu
         for job_id in ids:
             assert c.post(f"/v1/jobs/{job_id}/cancel").status_code == 200
     wait_until(lambda: query(prometheus, jobs_expr) == 0, 60, "the gauge to fall to 0")
+
+
+def test_the_keda_target_divides_the_jobs_by_a_real_workers_slots(
+        fleet: FleetStack, prometheus: str, tmp_path):
+    """An Audex worker with its 8 slots held (its engine still) and 8 more jobs queued:
+    Prometheus answers the Audex ScaledObject's own query with 16, the slot gauges say
+    8 of 8 held, and at the object's target the autoscaler's ceil(16 / target) asks for
+    2 workers, not 16."""
+    [scaled] = [d for d in yaml.safe_load_all(
+        (KEDA / "prometheus" / "worker-audex-tts.yaml").read_text()) if d["kind"] == "ScaledObject"]
+    jobs = next(t for t in scaled["spec"]["triggers"] if t["name"] == "jobs")["metadata"]
+    engine = EngineFiles(tmp_path)
+    worker = fleet.start_worker("keda-audex", "audex-tts", OMNIJOBS_PIPELINE_OPTIONS=(
+        engine.pipeline_options(fleet.env["OMNIJOBS_PIPELINE_OPTIONS"])))
+    engine.hold.touch()  # after its start: a worker speaks once through its engine first
+    key = fleet.new_key("keda-slots")
+    try:
+        with fleet.client(key) as c:
+            ids = [submit(c, AUDEX, f"Slot job number {i}.") for i in range(16)]
+            wait_until(lambda: len(engine.running(ids)) == 8, 60, "8 jobs in the engine")
+            wait_until(lambda: query(prometheus, jobs["query"]) == 16, 60,
+                       "Prometheus to see 8 running and 8 queued")
+            busy = 'sum(omnijobs_slots_busy{pipeline="audex-tts"})'
+            wait_until(lambda: query(prometheus, busy) == 8, 60, "the registry's 8 held")
+            assert query(prometheus, 'sum(omnijobs_worker_slots{pipeline="audex-tts"})') == 8
+            assert math.ceil(query(prometheus, jobs["query"]) / int(jobs["threshold"])) == 2
+            for job_id in ids:
+                assert c.post(f"/v1/jobs/{job_id}/cancel").status_code == 200
+    finally:
+        engine.hold.unlink(missing_ok=True)
+        worker.stop()
+        del fleet.processes["keda-audex"]

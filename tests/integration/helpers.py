@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 import httpx
+from prometheus_client.parser import text_string_to_metric_families
 
 from media.encode import FORMATS
 from media.probe import AudioProbe, probe_audio
@@ -52,6 +53,7 @@ class EngineFiles:
     def __init__(self, folder: Path) -> None:
         self.hold, self.stats_file = folder / "hold", folder / "stats.json"
         self.died = folder / "died"
+        self.metrics_url = ""  # the worker's metrics, where the test started it with a port
 
     def pipeline_options(self, options_json: str) -> str:
         """``OMNIJOBS_PIPELINE_OPTIONS`` with audex-tts's engine writing these files."""
@@ -75,3 +77,11 @@ class EngineFiles:
     def wait_running(self, job_ids: list[str]) -> None:
         wait_until(lambda: self.running(job_ids) == job_ids, 60,
                    f"{len(job_ids)} jobs in the engine")
+
+
+def render_seconds_counter(url: str, pipeline: str) -> float:
+    """A worker's ``omnijobs_render_seconds_total`` for ``pipeline`` (every tenant)."""
+    text = httpx.get(url, timeout=10).text
+    return sum(s.value for family in text_string_to_metric_families(text)
+               for s in family.samples if s.name == "omnijobs_render_seconds_total"
+               and s.labels.get("pipeline") == pipeline)

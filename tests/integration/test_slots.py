@@ -8,7 +8,10 @@ gave it can be read from its stats file before any of them finishes; then it run
 
 from __future__ import annotations
 
+import csv
+import io
 import threading
+import time
 import uuid
 
 import httpx
@@ -17,8 +20,8 @@ import pytest
 from storage.db import make_engine, make_sessionmaker
 from storage.repositories.shares import ShareRepository
 
-from ..services import spawn, wait_until
-from .helpers import EngineFiles, decode, wait_job
+from ..services import free_port, spawn, wait_until
+from .helpers import EngineFiles, decode, render_seconds_counter, wait_job
 
 AUDEX = "nvidia/Nemotron-Labs-Audex-2B"
 WORD_S = 0.25  # the fake engine speaks a word in a quarter of a second
@@ -31,8 +34,10 @@ def engine(stack, tmp_path_factory):
     engine = EngineFiles(tmp_path_factory.mktemp("slots-engine"))
     env = dict(stack.env)
     env["OMNIJOBS_PIPELINE_OPTIONS"] = engine.pipeline_options(env["OMNIJOBS_PIPELINE_OPTIONS"])
-    proc = spawn("slots-worker", ["worker", "--pipeline", "audex-tts"], env,
-                 stack.processes["worker"].log.parent)
+    port = free_port()
+    engine.metrics_url = f"http://127.0.0.1:{port}/metrics"
+    proc = spawn("slots-worker", ["worker", "--pipeline", "audex-tts", "--metrics-port",
+                                  str(port)], env, stack.processes["worker"].log.parent)
     stack.processes["slots-worker"] = proc
     wait_until(lambda: "ready" in proc.log.read_text(), 120, "slots worker")
     assert "slots 8" in proc.log.read_text()  # the deploy's max_num_seqs, as it starts
@@ -186,6 +191,36 @@ def test_slots_that_free_together_claim_in_fair_order_by_weight(stack, held, key
         for job_id, text in zip(waiting, [words(i) for i in range(8)] * 2, strict=True):
             assert_spoken(lc if job_id in light_ids else hc, job_id, text)
     assert split == (6, 2), split
+
+
+def test_usage_of_eight_overlapping_jobs_is_each_jobs_own_time_and_agrees(stack, held, key):
+    """Eight jobs in flight together on one engine: each is charged its own wall time in
+    flight (docs/deadlines-and-usage.md), so their seconds add up past the engine's, and
+    the job records, ``GET /v1/usage``, ``omnijobs usage`` and the worker's counter
+    agree on the sum."""
+    tenant = "usage-slots-" + uuid.uuid4().hex[:8]
+    before = render_seconds_counter(held.metrics_url, "audex-tts")
+    start = int(time.time()) // 3600 * 3600
+    with stack.client(stack.new_key(tenant)) as c:
+        ids = [submit(c, words(i)) for i in range(8)]
+        held.wait_running(ids)  # all eight hold a slot at once
+        held.hold.unlink()
+        jobs = [wait_job(c, job_id, 60) for job_id in ids]
+        assert {j["status"] for j in jobs} == {"completed"}
+        per_job = sum(j["usage"]["render_seconds"] for j in jobs)
+        page = c.get("/v1/usage", params={"start_time": start, "bucket_width": "1h",
+                                          "group_by": "pipeline"}).json()
+        rows = [r for b in page["data"] for r in b["results"] if r["pipeline"] == "audex-tts"]
+        assert sum(r["num_jobs"] for r in rows) == 8
+        assert sum(r["render_seconds"] for r in rows) == pytest.approx(per_job, abs=1e-6)
+    assert all(j["usage"]["render_seconds"] > 0 for j in jobs)
+    rows = list(csv.DictReader(io.StringIO(stack.cli(
+        "usage", "--tenant", tenant, "--since", "1d", "--bucket", "1h", "--csv",
+        "--group-by", "pipeline"))))
+    assert sum(float(r["render_seconds"]) for r in rows if r["pipeline"] == "audex-tts") \
+        == pytest.approx(per_job, abs=1e-3 * len(rows))  # the CSV rounds to milliseconds
+    wait_until(lambda: render_seconds_counter(held.metrics_url, "audex-tts") - before
+               == pytest.approx(per_job, abs=1e-6), 10, "the counter to add the eight")
 
 
 def test_an_engine_death_with_eight_in_flight_requeues_all_eight(stack, held, key):

@@ -10,21 +10,12 @@ import io
 import time
 import uuid
 
-import httpx
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from ..services import free_port, spawn, wait_until
-from .helpers import assert_openai_error, wait_job
+from .helpers import assert_openai_error, render_seconds_counter, wait_job
 
 JOBS = 50
-
-
-def counter(url: str, pipeline: str) -> float:
-    text = httpx.get(url, timeout=10).text
-    return sum(s.value for family in text_string_to_metric_families(text)
-               for s in family.samples if s.name == "omnijobs_render_seconds_total"
-               and s.labels.get("pipeline") == pipeline)
 
 
 def test_usage_over_50_jobs_equals_the_records_and_the_workers_timing(stack, tmp_path):
@@ -66,7 +57,8 @@ def test_usage_over_50_jobs_equals_the_records_and_the_workers_timing(stack, tmp
                 failed["usage"]["render_seconds"], abs=1e-9)
             refused = c.get("/v1/usage", params={"start_time": start, "group_by": "tenant"})
             assert assert_openai_error(refused, 400)["param"] == "group_by"
-        workers_own = counter(f"http://127.0.0.1:{metrics_port}/metrics", "test-fast")
+        workers_own = render_seconds_counter(f"http://127.0.0.1:{metrics_port}/metrics",
+                                             "test-fast")
         assert workers_own == pytest.approx(per_job, abs=1e-6)
         print(f"usage_jobs={JOBS} render_seconds_records={per_job:.6f} "
               f"render_seconds_counter={workers_own:.6f}")
