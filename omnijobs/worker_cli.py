@@ -42,7 +42,7 @@ def worker(
 
 def _run_worker(pipeline: list[str] | None, metrics_port: int | None, loglevel: str) -> None:
     from pipelines import get_spec, served_pipelines
-    from tasks.app import make_celery
+    from tasks.app import make_celery, run_worker
     from tasks.exit_codes import RESTART_EXIT
     from tasks.runtime import get_runtime
 
@@ -59,16 +59,15 @@ def _run_worker(pipeline: list[str] | None, metrics_port: int | None, loglevel: 
     queues = [get_spec(n).queue for n in names]
     # One job at a time on the solo pool; an engine with several slots gets as many
     # render threads in this process, all feeding it (tasks/slots.py).
-    pool = (["--pool=solo"] if runtime.slots.total == 1
-            else ["--pool=threads", f"--concurrency={runtime.slots.total}"])
-    argv = ["--quiet", "worker", *pool, "-Q", ",".join(queues),
-            f"--loglevel={loglevel}",
-            "-n", f"omnijobs-{os.getpid()}@%h", "--without-gossip", "--without-mingle", "-E"]
+    threads = 0 if runtime.slots.total == 1 else runtime.slots.total
     try:
-        make_celery(settings).worker_main(argv)
+        code = run_worker(make_celery(settings), f"omnijobs-{os.getpid()}", queues, loglevel,
+                          threads=threads)
     finally:
         if runtime.restart_requested:
             os._exit(RESTART_EXIT)  # after Celery's warm shutdown drained in-flight work
+    if code:
+        raise SystemExit(code)
 
 
 def maintenance(log_level: LogLevel = "INFO", metrics_port: Annotated[int | None, typer.Option(

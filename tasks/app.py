@@ -95,6 +95,23 @@ def make_celery(settings: Settings, with_tasks: bool = True) -> Celery:
     return app
 
 
+def run_worker(app: Celery, node: str, queues: list[str], loglevel: str,
+               threads: int = 0) -> int:
+    """Celery's worker as ``celery --quiet worker -n NODE@%h -Q QUEUES -E --without-gossip
+    --without-mingle`` runs it, on the solo pool or ``threads`` threads; returns its exit
+    code. Not through Celery's command line: it parses nothing this needs, and it imports
+    every subcommand and plugin first (click-repl, prompt_toolkit, Flower, Tornado), half
+    a second of every worker's start."""
+    from celery.utils.nodenames import default_nodename, host_format
+
+    pool = {"pool_cls": "threads", "concurrency": threads} if threads else {"pool_cls": "solo"}
+    worker = app.Worker(hostname=host_format(default_nodename(f"{node}@%h")), queues=queues,
+                        loglevel=loglevel, quiet=True, task_events=True, without_gossip=True,
+                        without_mingle=True, **pool)
+    worker.start()
+    return worker.exitcode
+
+
 @worker_ready.connect
 def _ready(sender=None, **_kwargs) -> None:
     """The worker consumes: it enters the registry, and Ctrl-C (SIGINT) gets the

@@ -18,6 +18,7 @@ from collections.abc import Callable
 
 from celery import Celery
 
+from .app import run_worker
 from .batches import advance_batches
 from .deliver import schedule_due
 from .dispatch import MAINTENANCE_QUEUES
@@ -120,13 +121,11 @@ def run(rt: WorkerRuntime, app: Celery, loglevel: str, concurrency: int = 4,
         serve_metrics(rt, metrics_port)
     rt.announce("maintenance")
     upkeep = Maintenance(rt, app).start()
-    argv = ["--quiet", "worker", "--pool=threads",
-            f"--concurrency={concurrency}",
-            "-Q", ",".join(MAINTENANCE_QUEUES), f"--loglevel={loglevel}",
-            "-n", f"maintenance-{os.getpid()}@%h", "--without-gossip", "--without-mingle",
-            "-E"]
     try:
-        app.worker_main(argv)
+        code = run_worker(app, f"maintenance-{os.getpid()}", list(MAINTENANCE_QUEUES),
+                          loglevel, threads=concurrency)
     finally:
         upkeep.stop()
         rt.retire()
+    if code:
+        raise SystemExit(code)
