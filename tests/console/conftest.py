@@ -44,7 +44,7 @@ def console_stack(seaweedfs, tmp_path_factory) -> Iterator[Stack]:
     env = stack_env(next(db), redis_url(), seaweedfs, home,
                     OMNIJOBS_WEBHOOK_ALLOWED_NETWORKS='["127.0.0.0/8"]',
                     OMNIJOBS_WEBHOOK_RETRY_SCHEDULE_S="[0]",  # one attempt: a 500 fails it
-                    OMNIJOBS_WEBHOOK_TIMEOUT_S="2", OMNIJOBS_EVENT_RESYNC_S="1",
+                    OMNIJOBS_WEBHOOK_TIMEOUT_S="5", OMNIJOBS_EVENT_RESYNC_S="1",
                     OMNIJOBS_SIGNED_URL_TTL_S="3600")
     port = free_port()
     st = Stack(base_url=f"http://127.0.0.1:{port}", env=env)

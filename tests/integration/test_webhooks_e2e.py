@@ -43,7 +43,10 @@ def hooks_stack(seaweedfs, tmp_path_factory) -> Iterator[Stack]:
     env = stack_env(next(db), redis_url(), seaweedfs, home,
                     OMNIJOBS_WEBHOOK_ALLOWED_NETWORKS='["127.0.0.0/8"]',
                     OMNIJOBS_WEBHOOK_RETRY_SCHEDULE_S="[0, 0.5, 0.5, 0.5]",
-                    OMNIJOBS_WEBHOOK_TIMEOUT_S="2")
+                    # Room for a receiver in a busy test process to answer, so a slow
+                    # answer is not taken for a failure and sent again; and for a link
+                    # to stay valid while the test reads the other events first.
+                    OMNIJOBS_WEBHOOK_TIMEOUT_S="5", OMNIJOBS_SIGNED_URL_TTL_S="300")
     port = free_port()
     st = Stack(base_url=f"http://127.0.0.1:{port}", env=env)
     try:
