@@ -83,9 +83,11 @@ def test_n_streams_cost_one_query_per_interval(make_api, api_db):
     ids = asyncio.run(run())
     named = [sum(i in r for i in ids) for r in resyncs + reads]
     assert 0 not in named  # every read of the jobs table was for these streams
-    # The resync ran, over all ten jobs at once. (A tick while only some streams were
-    # open, as they start or end on a loaded machine, names fewer: still one query.)
-    assert [sum(i in r for i in ids) for r in resyncs].count(len(ids)) >= 3, resyncs
+    # The resync ran, over all ten jobs at once, in one query. (A tick while only some
+    # streams were open, as they start or end on a loaded machine, names fewer: still
+    # one query. How many ticks find all ten open depends on the machine's pace: 2 of 3
+    # on a loaded one, so one is what is asked.)
+    assert len(ids) in [sum(i in r for i in ids) for r in resyncs], resyncs
     # Apart from it, each stream read its job only as it started (the route's lookup and
     # the first read), however long it stayed open.
     assert all(sum(i in r for i in ids) == 1 for r in reads), reads
