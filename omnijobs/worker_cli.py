@@ -61,13 +61,11 @@ def _run_worker(pipeline: list[str] | None, metrics_port: int | None, loglevel: 
     # render threads in this process, all feeding it (tasks/slots.py).
     threads = 0 if runtime.slots.total == 1 else runtime.slots.total
     try:
-        code = run_worker(make_celery(settings), f"omnijobs-{os.getpid()}", queues, loglevel,
-                          threads=threads)
+        run_worker(make_celery(settings), f"omnijobs-{os.getpid()}", queues, loglevel,
+                   threads=threads)
     finally:
         if runtime.restart_requested:
             os._exit(RESTART_EXIT)  # after Celery's warm shutdown drained in-flight work
-    if code:
-        raise SystemExit(code)
 
 
 def maintenance(log_level: LogLevel = "INFO", metrics_port: Annotated[int | None, typer.Option(

@@ -96,12 +96,12 @@ def make_celery(settings: Settings, with_tasks: bool = True) -> Celery:
 
 
 def run_worker(app: Celery, node: str, queues: list[str], loglevel: str,
-               threads: int = 0) -> int:
+               threads: int = 0) -> None:
     """Celery's worker as ``celery --quiet worker -n NODE@%h -Q QUEUES -E --without-gossip
-    --without-mingle`` runs it, on the solo pool or ``threads`` threads; returns its exit
-    code. Not through Celery's command line: it parses nothing this needs, and it imports
-    every subcommand and plugin first (click-repl, prompt_toolkit, Flower, Tornado), half
-    a second of every worker's start."""
+    --without-mingle`` runs it, on the solo pool or ``threads`` threads, ending as that
+    command ends (SystemExit with a non-zero exit code). Not through Celery's command
+    line: it parses nothing this needs, and it imports every subcommand and plugin first
+    (click-repl, prompt_toolkit, Flower, Tornado), half a second of every worker's start."""
     from celery.utils.nodenames import default_nodename, host_format
 
     pool = {"pool_cls": "threads", "concurrency": threads} if threads else {"pool_cls": "solo"}
@@ -109,7 +109,8 @@ def run_worker(app: Celery, node: str, queues: list[str], loglevel: str,
                         loglevel=loglevel, quiet=True, task_events=True, without_gossip=True,
                         without_mingle=True, **pool)
     worker.start()
-    return worker.exitcode
+    if worker.exitcode:
+        raise SystemExit(worker.exitcode)
 
 
 @worker_ready.connect

@@ -122,10 +122,8 @@ def run(rt: WorkerRuntime, app: Celery, loglevel: str, concurrency: int = 4,
     rt.announce("maintenance")
     upkeep = Maintenance(rt, app).start()
     try:
-        code = run_worker(app, f"maintenance-{os.getpid()}", list(MAINTENANCE_QUEUES),
-                          loglevel, threads=concurrency)
+        run_worker(app, f"maintenance-{os.getpid()}", list(MAINTENANCE_QUEUES), loglevel,
+                   threads=concurrency)
     finally:
         upkeep.stop()
         rt.retire()
-    if code:
-        raise SystemExit(code)

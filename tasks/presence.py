@@ -52,10 +52,6 @@ class SlotView:
     busy: int = 0
     jobs: tuple[InFlightJob, ...] = ()
 
-    @property
-    def finalizing(self) -> int:
-        return sum(1 for job in self.jobs if job.finalizing)
-
 
 class Presence:
     def __init__(self, workers: WorkerRepository, identity: WorkerBeat, period_s: float,

@@ -533,7 +533,6 @@ def spawn(name: str, args: list[str], env: dict[str, str], logdir: Path) -> Proc
     """``python -m omnijobs.cli ARGS``, logging to ``logdir/name.log``: forked by this
     process's zygote (tests/zygote.py: the libraries already imported) where it can be."""
     log = logdir / f"{name}.log"
-    log.write_bytes(b"")
     if (zygote := _zygote()) is not None and zygote.serves(env, ROOT):
         return Process(name, zygote.fork("omnijobs.cli", args, env, ROOT, log,
                                          signal.SIGTERM), log)

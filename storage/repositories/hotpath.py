@@ -88,8 +88,6 @@ def lock_lane():
         LaneClock.pipeline, LaneClock.lane, LaneClock.vtime)
 
 
-
-
 def _matches(types_column, event_type):
     """``event_type`` is one of a JSON list column's strings."""
     return cast(types_column, JSONB).contains(func.jsonb_build_array(event_type))
@@ -246,8 +244,6 @@ def complete():
     ).returning(JobAttempt.render_s, JobAttempt.device).cte("closed")
     return select(done.c.id).add_cte(_outputs(done), closed, _usage(done, closed),
                                      *_stage_event(done, "completed", _NOW))
-
-
 
 
 def media(outputs) -> dict:

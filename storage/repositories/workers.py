@@ -82,12 +82,7 @@ class WorkerRepository:
     def serving(self, pipelines: list[str] | tuple[str, ...]) -> dict[str, int]:
         """Live render workers taking each pipeline's jobs (draining ones do not), for
         every pipeline named (0 where none) and any other a live worker serves."""
-        counts = dict.fromkeys(pipelines, 0)
-        for worker in self.live():
-            for name in worker.pipelines:
-                if worker.serves(name):
-                    counts[name] = counts.get(name, 0) + 1
-        return counts
+        return {name: count.workers for name, count in self.slots(pipelines).items()}
 
     def slots(self, pipelines: list[str] | tuple[str, ...]) -> dict[str, SlotCount]:
         """Per pipeline, what ``serving`` counts and those workers' engine slots, in all
