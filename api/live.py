@@ -42,6 +42,7 @@ from .metrics import LIVE_ACTIVE
 log = logging.getLogger(__name__)
 
 TERMINAL_ID = 1_000_000_000  # the terminal status; a completed job's output follows it
+HANDOFF_ASK_S = 0.5  # how long a synchronous submit waits for its hand-over to be arranged
 QUEUE_EVENT_S = 2.0  # how often a queued job's place is read again for ``queue`` events
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
@@ -83,8 +84,11 @@ class Watch:
 async def watching(svc: Services, job_id: str, timeout_s: float
                    ) -> AsyncIterator[Callable[[JobRecord], Awaitable[JobRecord | Result]]]:
     """A synchronous wait on a job that does not exist yet (its id chosen by the route):
-    subscribed, and asking for the result to be handed over (in the background), before
-    the job is committed, so no notice of it can come too early to be heard. Yields
+    subscribed, and the result's hand-over arranged, before the job is committed, so no
+    notice of it can come too early to be heard and a worker that finishes at once still
+    finds the process that expects its result. The ask waits at most HANDOFF_ASK_S (a
+    frozen broker must not hold every synchronous submit) and then goes on in the
+    background; without it the wait reads the record and the store at the end. Yields
     ``until_done(job)``: the job once it ends or the timeout passes, pushed by notices (no
     poll loop), or its result when the worker handed it over with the completion
     (storage/bus/): the bytes it stored for the job it recorded completed, so nothing
@@ -96,6 +100,7 @@ async def watching(svc: Services, job_id: str, timeout_s: float
         asked = asyncio.ensure_future(run_in_threadpool(live.bus.expect_result, job_id,
                                                         timeout_s))
         asked.add_done_callback(_handoff_asked)
+        await asyncio.wait({asked}, timeout=HANDOFF_ASK_S)
 
         async def until_done(job: JobRecord) -> JobRecord | Result:
             if job.id != job_id:
