@@ -94,10 +94,29 @@ def check_engine_stack(found: Mapping[str, str | None]) -> None:
             code="engine_version_mismatch")
 
 
+CUDA_DRIVER = "580"  # the oldest NVIDIA driver the CUDA 13 builds of torch 2.13 run on
+
+
+def check_torch_build(torch: Any) -> None:
+    """Refuse a torch built without CUDA, in one line. Where pip's index offers a CPU
+    build (``torch 2.13.0+cpu``) the [gpu] extra installs it without complaint, vLLM
+    imports, and the engine then finds no device deep inside its start-up. A CUDA build
+    says its CUDA version in ``torch.version.cuda``; a CPU build says None."""
+    if getattr(getattr(torch, "version", None), "cuda", None):
+        return
+    raise ConfigurationError(
+        f"this install's torch {getattr(torch, '__version__', '?')} is built without CUDA; "
+        f"the GPU pipelines need a CUDA 13 build of torch (NVIDIA driver {CUDA_DRIVER} or "
+        "newer): pip install --force-reinstall 'torch==2.13.0' --index-url "
+        "https://download.pytorch.org/whl/cu130, or build Dockerfile.gpu",
+        code="torch_without_cuda")
+
+
 def build_async_omni(model: str, deploy_config: str | None = None, **kwargs: Any) -> Any:
     """The production engine: ``vllm_omni.AsyncOmni(model, deploy_config=...)``, on the
-    engine stack it was written for."""
+    engine stack it was written for, with a CUDA torch."""
     check_engine_stack(installed_stack())
+    check_torch_build(gpu_import("torch"))
     vllm_omni = gpu_import("vllm_omni")
     if deploy_config is not None:
         kwargs["deploy_config"] = deploy_config

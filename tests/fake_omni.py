@@ -63,7 +63,7 @@ from typing import Any
 import av
 import numpy as np
 
-from pipelines.omni_bridge import check_engine_stack
+from pipelines.omni_bridge import check_engine_stack, check_torch_build
 from tests import omni_source as src
 
 OmniClientError = src.errors_module().OmniClientError
@@ -205,6 +205,15 @@ def fake_stack() -> dict[str, str | None]:
     it reads) beside the vllm it stands in for (``FAKE_OMNI_VLLM_VERSION`` overrides)."""
     return {"vllm": os.environ.get("FAKE_OMNI_VLLM_VERSION", FAKE_VLLM_VERSION),
             "vllm-omni": importlib.metadata.version("vllm-omni")}
+
+
+def fake_torch(version: str | None = None) -> SimpleNamespace:
+    """The torch the fake pretends to run on: a CUDA 13 build unless ``version`` or
+    ``FAKE_OMNI_TORCH`` names another (``2.13.0+cpu``: what a CPU index hands out)."""
+    version = version or os.environ.get("FAKE_OMNI_TORCH", "2.13.0+cu130")
+    local = version.partition("+")[2]
+    cuda = f"{local[2:4]}.{local[4:] or 0}" if local.startswith("cu") else None
+    return SimpleNamespace(__version__=version, version=SimpleNamespace(cuda=cuda))
 
 
 class FakeEngineDeadError(RuntimeError):
@@ -469,6 +478,7 @@ class StepScheduler:
 class FakeOmni:
     def __init__(self, model: str, deploy_config: str | None = None, **kwargs: Any) -> None:
         check_engine_stack(fake_stack())  # as the production factory does, first
+        check_torch_build(fake_torch())
         self.model = model
         self.deploy_config = deploy_config or "audex_tts.yaml"
         pipeline = src.deploy(self.deploy_config)["pipeline"]

@@ -116,6 +116,18 @@ def test_gpu_worker_on_a_mismatched_engine_stack_is_one_line(tmp_path):
     assert "this install has vllm 0.33.0" in line and "vllm==0.30.0" in line
 
 
+def test_gpu_worker_on_a_cpu_torch_is_one_line(tmp_path):
+    """A CPU build of the pinned torch passes the version pins; the worker still
+    refuses it before the engine starts, and says which build and driver it needs."""
+    options = '{"audex-tts": {"engine_factory": "tests.fake_omni:make_engine", ' \
+              '"tokenizer_factory": "tests.fake_omni:make_tokenizer"}}'
+    line = one_line_error(omnijobs(tmp_path, "worker", "--pipeline", "audex-tts",
+                                   OMNIJOBS_PIPELINES='["audex-tts"]',
+                                   OMNIJOBS_PIPELINE_OPTIONS=options,
+                                   FAKE_OMNI_TORCH="2.13.0+cpu"))
+    assert "torch 2.13.0+cpu is built without CUDA" in line and "driver 580" in line
+
+
 def test_worker_for_a_pipeline_the_api_does_not_list_is_one_line(tmp_path):
     """The API and the workers read one OMNIJOBS_PIPELINES: a worker serving a pipeline
     outside it would wait for jobs the API answers with a 404."""

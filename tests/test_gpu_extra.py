@@ -79,6 +79,8 @@ def resolved(tmp_path_factory) -> dict[str, str]:
 
 def test_gpu_extra_resolves_to_the_pinned_engine_stack(resolved):
     assert sys.version_info[:2] >= (3, 11)
+    # the local label (torch's +cpu or +cu130) is the index's choice, not the pin's: a
+    # CPU build installs here, and the worker refuses it at start (test_engine_boundary)
     got = {dist: resolved.get(dist, "missing").split("+")[0] for dist in PINS}
     assert got == PINS
     # vllm-omni 0.30.0's own requirement (its wheel's METADATA): what later vllm breaks

@@ -12,8 +12,13 @@ import pytest
 from core.errors import ConfigurationError
 from pipelines import omni_bridge
 from pipelines.audex import AudexTTS
-from pipelines.omni_bridge import ENGINE_STACK, build_async_omni, check_engine_stack
-from tests.fake_omni import FakeOmni, fake_stack
+from pipelines.omni_bridge import (
+    ENGINE_STACK,
+    build_async_omni,
+    check_engine_stack,
+    check_torch_build,
+)
+from tests.fake_omni import FakeOmni, fake_stack, fake_torch
 
 H3 = "minimax_h3_disaggregated.yaml"
 
@@ -43,6 +48,32 @@ def test_the_production_factory_checks_before_it_imports_the_engine(monkeypatch)
     with pytest.raises(ConfigurationError, match="vllm 0.33.0"):
         build_async_omni("nvidia/Nemotron-Labs-Audex-2B", "audex_tts.yaml")
     assert "vllm_omni" not in sys.modules
+
+
+def test_a_torch_without_cuda_is_refused_in_one_line_before_the_engine_is_imported(
+        monkeypatch):
+    """A CPU torch (what a CPU index offers for torch==2.13.0) installs and imports; vLLM
+    would find no device only deep in the engine's start."""
+    monkeypatch.setattr(omni_bridge, "installed_stack", lambda: dict(ENGINE_STACK))
+    monkeypatch.setitem(sys.modules, "torch", fake_torch("2.13.0+cpu"))
+    monkeypatch.delitem(sys.modules, "vllm_omni", raising=False)
+    with pytest.raises(ConfigurationError) as info:
+        build_async_omni("nvidia/Nemotron-Labs-Audex-2B", "audex_tts.yaml")
+    message = str(info.value)
+    assert info.value.code == "torch_without_cuda" and "\n" not in message
+    assert "torch 2.13.0+cpu is built without CUDA" in message and "580" in message
+    assert "vllm_omni" not in sys.modules
+
+
+def test_a_cuda_torch_passes():
+    check_torch_build(fake_torch())  # the fake's default: 2.13.0+cu130
+    assert fake_torch().version.cuda == "13.0"
+
+
+def test_the_fake_refuses_a_cpu_torch(monkeypatch):
+    monkeypatch.setenv("FAKE_OMNI_TORCH", "2.13.0+cpu")
+    with pytest.raises(ConfigurationError, match="built without CUDA"):
+        FakeOmni("nvidia/Nemotron-Labs-Audex-2B", "audex_tts.yaml")
 
 
 def test_the_fake_refuses_a_mismatched_stack(monkeypatch):
