@@ -178,7 +178,6 @@ def _length(snapshot: Any) -> int:
 class AudexPipeline(Pipeline):
     mode: ClassVar[Mode]
     default_model: ClassVar[str]
-    default_deploy: ClassVar[str]
     context_tokens: ClassVar[int] = TTS_CONTEXT_TOKENS
 
     @property
@@ -189,7 +188,7 @@ class AudexPipeline(Pipeline):
 
     def load(self) -> None:
         model = repository_root(self.options.get("model", self.default_model))
-        deploy = self.options.get("deploy_config", self.default_deploy)
+        deploy = self.deploy_config(self.options)
         factory = import_object(self.options.get("engine_factory", ENGINE_FACTORY))
         kwargs = self.options.get("engine_kwargs", {})
         self._bridge = OmniBridge(lambda: factory(model, deploy, **kwargs))

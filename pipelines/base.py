@@ -318,9 +318,16 @@ class Pipeline:
     """
 
     spec: ClassVar[PipelineSpec]
+    default_deploy: ClassVar[str | None] = None  # an engine pipeline's vLLM-Omni deploy
 
     def __init__(self, options: dict[str, Any] | None = None) -> None:
         self.options = dict(options or {})
+
+    @classmethod
+    def deploy_config(cls, options: dict[str, Any]) -> str | None:
+        """The deploy config these options build (the option, else the default): what
+        decides the GPUs a worker of this pipeline needs (pipelines/devices.py)."""
+        return options.get("deploy_config", cls.default_deploy)
 
     def load(self) -> None:
         """Import heavy libraries and load weights. Default: nothing to load."""

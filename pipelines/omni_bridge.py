@@ -11,6 +11,7 @@ import asyncio
 import copy
 import importlib
 import importlib.metadata
+import os
 import queue
 import threading
 import time
@@ -28,6 +29,8 @@ from core.errors import (
     PipelineFailed,
     clip,
 )
+
+from .devices import check_visible
 
 POLL_S = 0.25
 ABORT_TIMEOUT_S = 10.0
@@ -112,11 +115,25 @@ def check_torch_build(torch: Any) -> None:
         code="torch_without_cuda")
 
 
+def visible_gpus(torch: Any) -> int:
+    """The GPUs this process sees, counted as vLLM counts them before any CUDA context
+    exists (NVML under CUDA_VISIBLE_DEVICES, else the runtime's count; vllm 0.30.0
+    platforms/cuda.py:57-80), so the engine's own processes still start clean."""
+    if not torch.cuda._is_compiled():
+        return 0
+    count = torch.cuda._device_count_nvml()
+    return torch._C._cuda_getDeviceCount() if count < 0 else count
+
+
 def build_async_omni(model: str, deploy_config: str | None = None, **kwargs: Any) -> Any:
     """The production engine: ``vllm_omni.AsyncOmni(model, deploy_config=...)``, on the
-    engine stack it was written for, with a CUDA torch."""
+    engine stack it was written for, with a CUDA torch and the GPUs its deploy names."""
     check_engine_stack(installed_stack())
-    check_torch_build(gpu_import("torch"))
+    torch = gpu_import("torch")
+    check_torch_build(torch)
+    if deploy_config is not None:
+        check_visible(deploy_config, visible_gpus(torch),
+                      os.environ.get("CUDA_VISIBLE_DEVICES"))
     vllm_omni = gpu_import("vllm_omni")
     if deploy_config is not None:
         kwargs["deploy_config"] = deploy_config

@@ -162,13 +162,15 @@ class MiniMaxH3(Pipeline):
                           size_multiple=H3_SIZE_MULTIPLE, random_seed=True,
                           max_pixels=H3_MAX_PIXELS, canvases=tuple(H3_CANVASES)))
 
+    default_deploy = "minimax_h3_disaggregated.yaml"
+
     # The smallest request the engine accepts: the worker proves its engine before jobs.
     WARM_UP = VideoRequest(prompt="warm up", seconds=H3_MIN_S, width=448, height=256,
                            fps=H3_FPS, seed=0)
 
     def load(self) -> None:
         model = self.options.get("model", self.spec.models[0])
-        deploy = self.options.get("deploy_config", "minimax_h3_disaggregated.yaml")
+        deploy = self.deploy_config(self.options)
         factory = import_object(self.options.get("engine_factory", ENGINE_FACTORY))
         kwargs = self.options.get("engine_kwargs", {})
         self._bridge = OmniBridge(lambda: factory(model, deploy, **kwargs))

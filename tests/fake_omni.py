@@ -63,6 +63,7 @@ from typing import Any
 import av
 import numpy as np
 
+from pipelines.devices import check_visible
 from pipelines.omni_bridge import check_engine_stack, check_torch_build
 from tests import omni_source as src
 
@@ -214,6 +215,23 @@ def fake_torch(version: str | None = None) -> SimpleNamespace:
     local = version.partition("+")[2]
     cuda = f"{local[2:4]}.{local[4:] or 0}" if local.startswith("cu") else None
     return SimpleNamespace(__version__=version, version=SimpleNamespace(cuda=cuda))
+
+
+def fake_visible_gpus() -> int:
+    """The GPUs a process sees on the fake's machine: ``FAKE_OMNI_GPUS`` physical ones
+    (default 8, numbered from 0, as a container's runtime numbers those it was given),
+    narrowed by CUDA_VISIBLE_DEVICES as CUDA narrows them: the listed ordinals, up to the
+    first that names no device."""
+    physical = int(os.environ.get("FAKE_OMNI_GPUS", "8"))
+    listed = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if listed is None:
+        return physical
+    seen: list[int] = []
+    for item in listed.split(","):
+        if not item.strip().isdigit() or int(item) >= physical or int(item) in seen:
+            break
+        seen.append(int(item))
+    return len(seen)
 
 
 class FakeEngineDeadError(RuntimeError):
@@ -479,6 +497,9 @@ class FakeOmni:
     def __init__(self, model: str, deploy_config: str | None = None, **kwargs: Any) -> None:
         check_engine_stack(fake_stack())  # as the production factory does, first
         check_torch_build(fake_torch())
+        if deploy_config is not None:
+            check_visible(deploy_config, fake_visible_gpus(),
+                          os.environ.get("CUDA_VISIBLE_DEVICES"))
         self.model = model
         self.deploy_config = deploy_config or "audex_tts.yaml"
         pipeline = src.deploy(self.deploy_config)["pipeline"]

@@ -6,12 +6,18 @@ import json
 import re
 from pathlib import Path
 
+import pytest
 import yaml
 from typer.main import get_command
 
+from core.errors import ConfigurationError
 from core.settings import Settings
 from omnijobs.cli import cli
 from pipelines import get_spec, import_pipeline_modules
+from pipelines.devices import gpus_needed
+from pipelines.registry import get_pipeline_class
+
+from .fake_omni import FakeOmni
 
 ROOT = Path(__file__).resolve().parent.parent
 COMPOSE = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
@@ -66,7 +72,11 @@ def test_s3_store_opens_no_iceberg_or_lance_port():
 GPU_WORKERS = sorted(n for n in SERVICES if n.startswith("gpu-worker-"))
 
 
-def test_one_gpu_worker_per_pipeline_each_on_a_gpu_of_its_own():
+def gpu_options(svc: dict) -> dict:
+    return json.loads(svc["environment"]["OMNIJOBS_PIPELINE_OPTIONS"])
+
+
+def test_one_gpu_worker_per_pipeline_each_on_gpus_of_its_own():
     devices = []
     for name in GPU_WORKERS:
         gpu = SERVICES[name]
@@ -77,12 +87,39 @@ def test_one_gpu_worker_per_pipeline_each_on_a_gpu_of_its_own():
         cmd = gpu["command"]
         assert cmd.count("--pipeline") == 1 and name == "gpu-worker-" + cmd[cmd.index(
             "--pipeline") + 1]
-        assert cmd[cmd.index("--gpu") + 1] == device["device_ids"][0]
         devices += device["device_ids"]
         # The API and every worker read one list of pipelines.
         assert name.removeprefix("gpu-worker-") in json.loads(
             compose_default(gpu["environment"]["OMNIJOBS_PIPELINES"]))
-    assert len(devices) == len(set(devices)) == len(GPU_WORKERS) >= 2
+    assert len(devices) == len(set(devices)) and len(GPU_WORKERS) >= 2
+
+
+@pytest.mark.parametrize("name", GPU_WORKERS)
+def test_a_gpu_worker_is_given_the_gpus_its_deploy_names_and_sees_them(name, monkeypatch):
+    """The deploy config (read from vllm-omni's wheel) names the devices; the container
+    is given exactly that many, numbered from 0 inside it, and the worker passes no
+    --gpu (``--gpu 1`` in a container given one device left it none). The fake engine
+    counts what the worker would see there, as CUDA does, and builds."""
+    svc = SERVICES[name]
+    [device] = svc["deploy"]["resources"]["reservations"]["devices"]
+    cmd = svc["command"]
+    pipeline = cmd[cmd.index("--pipeline") + 1]
+    import_pipeline_modules()
+    options = gpu_options(svc)[pipeline]
+    deploy = get_pipeline_class(pipeline).deploy_config(options)
+    assert len(device["device_ids"]) == gpus_needed(deploy), (deploy, device)
+    assert "--gpu" not in cmd
+    monkeypatch.setenv("FAKE_OMNI_GPUS", str(len(device["device_ids"])))
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    FakeOmni(options["model"], deploy)
+
+
+def test_a_container_given_one_gpu_and_told_gpu_1_sees_none(monkeypatch):
+    """What the compose file shipped before: the H3 worker's one device was number 1."""
+    monkeypatch.setenv("FAKE_OMNI_GPUS", "1")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+    with pytest.raises(ConfigurationError, match=r"this process sees 0 \(CUDA_VISIBLE_DEV"):
+        FakeOmni("/models/Nemotron-Labs-Audex-2B", "audex_tts.yaml")
 
 
 def seconds(value: str) -> float:

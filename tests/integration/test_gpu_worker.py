@@ -15,8 +15,9 @@ AUDEX = "nvidia/Nemotron-Labs-Audex-2B"
 
 @pytest.fixture(scope="module")
 def gpu_worker(stack):
+    # six GPUs: minimax_h3_disaggregated.yaml's stages name six (Audex's uses the first)
     proc = spawn("gpu-worker", ["worker", "--pipeline", "audex-tts", "--pipeline", "minimax-h3",
-                                "--gpu", "0"], stack.env,
+                                "--gpu", "0,1,2,3,4,5"], stack.env,
                  stack.processes["worker"].log.parent)
     stack.processes["gpu-worker"] = proc
     wait_until(lambda: "ready" in proc.log.read_text(), 120, "gpu worker")

@@ -19,6 +19,9 @@ import yaml
 from pydantic import ValidationError
 
 from core.settings import Settings
+from pipelines import import_pipeline_modules
+from pipelines.devices import gpus_needed
+from pipelines.registry import get_pipeline_class
 from tasks.runtime import HAND_BACK_GRACE_S
 
 from ..fake_omni import stage_max_num_seqs
@@ -153,10 +156,19 @@ def test_every_enabled_pipeline_has_a_worker_and_each_gpu_one_a_deployment():
 
 
 @pytest.mark.parametrize("name", sorted(GPU_WORKERS))
-def test_a_gpu_worker_has_one_gpu_and_a_grace_above_its_drain(name):
+def test_a_gpu_worker_has_the_gpus_its_deploy_names_and_a_grace_above_its_drain(name):
+    """The device plugin numbers a pod's GPUs from 0, which is what a deploy's stage
+    ``devices`` count in: the pod asks for as many as its deploy (read from vllm-omni's
+    wheel) names, and the worker passes no --gpu."""
     deployment = GPU_WORKERS[name]
+    [pipeline] = pipelines_of(deployment)
+    import_pipeline_modules()
+    options = json.loads(CONFIG["OMNIJOBS_PIPELINE_OPTIONS"]).get(pipeline, {})
+    needed = gpus_needed(get_pipeline_class(pipeline).deploy_config(options))
     resources = container(deployment)["resources"]
-    assert resources["limits"]["nvidia.com/gpu"] == resources["requests"]["nvidia.com/gpu"] == 1
+    assert resources["limits"]["nvidia.com/gpu"] == resources["requests"]["nvidia.com/gpu"] \
+        == needed
+    assert "--gpu" not in container(deployment)["command"]
     grace = deployment["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
     assert grace > float(env_of(deployment)["OMNIJOBS_DRAIN_S"]) + HAND_BACK_GRACE_S
 
