@@ -1,8 +1,8 @@
 """``omnijobs``: the console script and the composition root. Nothing imports it.
 
 Each command group lives in a module of its own (``admin_cli``, ``serve_cli``,
-``worker_cli``, ``dev_cli``, ``batch_cli``, ``usage_cli``); this module assembles them
-into one command and holds the two commands that are neither: ``migrate`` and
+``worker_cli``, ``dev_cli``, ``batch_cli``, ``usage_cli``, ``models_cli``); this module
+assembles them into one command and holds the two commands that are neither: ``migrate`` and
 ``config``."""
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from typing import Annotated
 import typer
 
 from omnijobs.batch_cli import batch_cli
+from omnijobs.models_cli import models_cli
 from omnijobs.usage_cli import usage_command
 
 from . import admin_cli, console, dev_cli, serve_cli, worker_cli
@@ -23,6 +24,7 @@ cli.add_typer(admin_cli.keys_cli, name="keys")
 cli.add_typer(admin_cli.tenants_cli, name="tenants")
 cli.add_typer(admin_cli.webhooks_cli, name="webhooks")
 cli.add_typer(batch_cli, name="batch")
+cli.add_typer(models_cli, name="models")
 
 
 @cli.callback()

@@ -47,9 +47,11 @@ import copy
 import importlib.metadata
 import io
 import json
+import logging
 import math
 import os
 import re
+import shutil
 import time
 import zlib
 from collections import deque
@@ -206,6 +208,27 @@ def fake_stack() -> dict[str, str | None]:
     it reads) beside the vllm it stands in for (``FAKE_OMNI_VLLM_VERSION`` overrides)."""
     return {"vllm": os.environ.get("FAKE_OMNI_VLLM_VERSION", FAKE_VLLM_VERSION),
             "vllm-omni": importlib.metadata.version("vllm-omni")}
+
+
+# vLLM-Omni's own shard linking (model_executor/models/audex/checkpoint.py:153-186),
+# compiled from the wheel's source: its module imports vllm. The engine runs it for these
+# stages' model folders on every start (engine/stage_init_utils.py:1286-1292).
+_CHECKPOINT = "model_executor/models/audex/checkpoint.py"
+ensure_audiogen_weights = src.function(
+    _CHECKPOINT, "ensure_audiogen_weights", os=os, json=json, shutil=shutil,
+    logger=logging.getLogger("vllm_omni.audex.checkpoint"),
+    _WEIGHT_SOURCE_FOLDER=src.constants(_CHECKPOINT)["_WEIGHT_SOURCE_FOLDER"])
+LINKING_STAGES = ("audex_thinker", "audex_tta_thinker")
+
+
+def link_weights(model: str, stages: list[src.Stage]) -> None:
+    """The engine's first-start write into a local model folder: EROFS on a read-only
+    mount, as the real engine fails there."""
+    if not Path(model).is_dir():
+        return
+    for stage in stages:
+        if stage.model_stage in LINKING_STAGES:
+            ensure_audiogen_weights(os.path.join(model, stage.subdirs[0]))
 
 
 def fake_torch(version: str | None = None) -> SimpleNamespace:
@@ -505,6 +528,7 @@ class FakeOmni:
         pipeline = src.deploy(self.deploy_config)["pipeline"]
         check_engine_kwargs(pipeline, _TOPOLOGIES[pipeline], kwargs)
         check_model_path(model, _TOPOLOGIES[pipeline])
+        link_weights(model, _TOPOLOGIES[pipeline])
         stages = topology(self.deploy_config)
         self.stages = tuple(name for name, _, _ in stages)
         self.max_model_len = stage0_yaml(self.deploy_config).get("max_model_len")

@@ -82,7 +82,7 @@ def test_one_gpu_worker_per_pipeline_each_on_gpus_of_its_own():
         gpu = SERVICES[name]
         [device] = gpu["deploy"]["resources"]["reservations"]["devices"]
         assert device["driver"] == "nvidia" and device["capabilities"] == ["gpu"]
-        assert any(v.startswith("models:") for v in gpu["volumes"])
+        assert any(v.startswith("models:/models") for v in gpu["volumes"])
         assert gpu["profiles"] == ["gpu"]
         cmd = gpu["command"]
         assert cmd.count("--pipeline") == 1 and name == "gpu-worker-" + cmd[cmd.index(
@@ -210,3 +210,19 @@ def test_one_pipeline_list_for_the_api_and_every_worker():
     assert not not_accepted, f"workers serve pipelines the API does not accept: {not_accepted}"
     unserved = sorted(set(enabled) - set(served))
     assert not unserved, f"the API accepts pipelines no worker serves: {unserved}"
+
+
+def test_the_audex_worker_waits_for_its_weights_to_be_prepared():
+    """The GPU workers mount the models read-only, where the engine's first-start linking
+    fails: the one-shot models-prepare service links the Audex worker's folder first."""
+    prep = SERVICES["models-prepare"]
+    worker = SERVICES["gpu-worker-audex-tts"]
+    model = gpu_options(worker)["audex-tts"]["model"]
+    assert prep["command"] == ["omnijobs", "models", "prepare", model]
+    assert prep["restart"] == "no" and prep["profiles"] == ["gpu"]
+    assert prep["volumes"] == ["models:/models"]
+    assert worker["depends_on"]["models-prepare"] == {
+        "condition": "service_completed_successfully"}
+    assert {"postgres", "redis", "migrate"} <= set(worker["depends_on"])
+    for name in GPU_WORKERS:
+        assert SERVICES[name]["volumes"] == ["models:/models:ro"]

@@ -259,3 +259,24 @@ def test_commands_parse_as_the_cli_defines_them():
         assert cmd[0] == "omnijobs" and cmd[1] in commands, (name, shlex.join(cmd))
         options = {o for p in commands[cmd[1]].params for o in p.opts}
         assert {a for a in cmd[2:] if a.startswith("--")} <= options, name
+
+
+def test_the_models_prepare_job_links_the_folder_the_read_only_workers_load():
+    """The Audex workers mount the weights read-only, where the engine's first-start
+    linking fails: the Job prepares the very folder the ConfigMap points them at, on the
+    same claim, mounted writable."""
+    [job] = [d for _, d in CORE if d["kind"] == "Job"
+             and d["metadata"]["name"] == "omnijobs-models-prepare"]
+    pod = job["spec"]["template"]["spec"]
+    [prep] = pod["containers"]
+    options = json.loads(CONFIG["OMNIJOBS_PIPELINE_OPTIONS"])
+    assert prep["command"] == ["omnijobs", "models", "prepare", options["audex-tts"]["model"]]
+    [mount] = prep["volumeMounts"]
+    assert not mount.get("readOnly") and mount["mountPath"] == "/models"
+    claims = {v["name"]: v["persistentVolumeClaim"] for v in pod["volumes"]}
+    assert claims[mount["name"]] == {"claimName": "omnijobs-models"}
+    worker = GPU_WORKERS["omnijobs-worker-audex-tts"]
+    [models] = [m for m in container(worker)["volumeMounts"] if m["mountPath"] == "/models"]
+    assert models["readOnly"] is True
+    [pvc] = [d for _, d in CORE if d["kind"] == "PersistentVolumeClaim"]
+    assert {"ReadOnlyMany", "ReadWriteOnce"} <= set(pvc["spec"]["accessModes"])
