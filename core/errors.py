@@ -183,6 +183,13 @@ class ConfigurationError(OmniJobsError):
     code = "configuration_error"
 
 
+class EngineStartTimeout(OmniJobsError):
+    """The inference engine did not start within its start-up bounds. A cold cache or a
+    slow volume can cause it, so the worker exits for a fresh start (tasks/exit_codes)."""
+
+    code = "engine_start_timeout"
+
+
 # ---- files and batches ---------------------------------------------------------------
 
 class FileTooLarge(OmniJobsError):

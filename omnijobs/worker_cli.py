@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 from typing import Annotated
 
 import typer
@@ -41,6 +42,7 @@ def worker(
 
 
 def _run_worker(pipeline: list[str] | None, metrics_port: int | None, loglevel: str) -> None:
+    from core.errors import EngineStartTimeout
     from pipelines import get_spec, served_pipelines
     from tasks.app import make_celery, run_worker
     from tasks.exit_codes import RESTART_EXIT
@@ -54,7 +56,11 @@ def _run_worker(pipeline: list[str] | None, metrics_port: int | None, loglevel: 
         from prometheus_client import start_http_server
 
         start_http_server(metrics_port)
-    runtime.warm(names)  # a refusal here stays one line: the start-up line comes after
+    try:
+        runtime.warm(names)  # a refusal here stays one line: the start-up line comes after
+    except EngineStartTimeout as exc:  # a fresh process may make it: the supervisor's code
+        print(f"omnijobs: {exc.message}; exiting for a restart", file=sys.stderr)
+        raise SystemExit(RESTART_EXIT) from None
     startup.log_start(settings, "worker", names, runtime.slots.total)
     queues = [get_spec(n).queue for n in names]
     # One job at a time on the solo pool; an engine with several slots gets as many

@@ -56,6 +56,7 @@ from .omni_bridge import (
     output_kind,
     scalar,
     stage_max_num_seqs,
+    startup_kwargs,
     to_numpy,
 )
 from .registry import register_pipeline
@@ -180,6 +181,8 @@ class AudexPipeline(Pipeline):
     mode: ClassVar[Mode]
     default_model: ClassVar[str]
     context_tokens: ClassVar[int] = TTS_CONTEXT_TOKENS
+    # init_timeout and stage_init_timeout: room for a cold 30B load from a network volume
+    start_timeouts_s: ClassVar[tuple[float, float]] = (1800.0, 900.0)
 
     @property
     def timeout_s(self) -> float:
@@ -192,7 +195,7 @@ class AudexPipeline(Pipeline):
         check_prepared(model)  # before the engine writes into a folder it cannot
         deploy = self.deploy_config(self.options)
         factory = import_object(self.options.get("engine_factory", ENGINE_FACTORY))
-        kwargs = self.options.get("engine_kwargs", {})
+        kwargs = startup_kwargs(self.options, *self.start_timeouts_s)
         self._bridge = OmniBridge(lambda: factory(model, deploy, **kwargs))
         found = detect_mode(self._bridge.stages)
         if found != self.mode:

@@ -24,6 +24,7 @@ from core.errors import (
     ConfigurationError,
     EngineDead,
     EngineRejected,
+    EngineStartTimeout,
     JobCancelled,
     JobFailure,
     PipelineFailed,
@@ -125,6 +126,23 @@ def visible_gpus(torch: Any) -> int:
     return torch._C._cuda_getDeviceCount() if count < 0 else count
 
 
+def startup_kwargs(options: Mapping[str, Any], init_s: float,
+                   stage_init_s: float) -> dict[str, Any]:
+    """The engine arguments of a pipeline's options (``engine_kwargs``) with its start-up
+    bounds: vLLM-Omni's ``init_timeout`` (the whole engine ready, 600 s by default) and
+    ``stage_init_timeout`` (a stage's wait for its devices and its config, 300 s),
+    entrypoints/omni_base.py:181-182. Those defaults are short for a cold 30B load or a
+    six-GPU H3 load with CUDA-graph capture, so each pipeline brings its own; the
+    options ``init_timeout_s`` and ``stage_init_timeout_s`` override them."""
+    kwargs = dict(options.get("engine_kwargs", {}))
+    kwargs["init_timeout"] = int(options.get("init_timeout_s",
+                                             kwargs.get("init_timeout", init_s)))
+    kwargs["stage_init_timeout"] = int(options.get("stage_init_timeout_s",
+                                                   kwargs.get("stage_init_timeout",
+                                                              stage_init_s)))
+    return kwargs
+
+
 def build_async_omni(model: str, deploy_config: str | None = None, **kwargs: Any) -> Any:
     """The production engine: ``vllm_omni.AsyncOmni(model, deploy_config=...)``, on the
     engine stack it was written for, with a CUDA torch and the GPUs its deploy names."""
@@ -137,6 +155,8 @@ def build_async_omni(model: str, deploy_config: str | None = None, **kwargs: Any
     vllm_omni = gpu_import("vllm_omni")
     if deploy_config is not None:
         kwargs["deploy_config"] = deploy_config
+    if "init_timeout" in kwargs:  # each stage client's own wait for its engine core
+        os.environ.setdefault("VLLM_ENGINE_READY_TIMEOUT_S", str(kwargs["init_timeout"]))
     return vllm_omni.AsyncOmni(model, **kwargs)
 
 
@@ -222,7 +242,13 @@ class OmniBridge:
         async def build() -> Any:  # engines start background tasks on the running loop
             return factory()
 
-        self.engine = self._run(build())
+        try:
+            self.engine = self._run(build())
+        except TimeoutError as exc:  # omni_engine_base.py:528, vllm core_client.py:712-724
+            raise EngineStartTimeout(
+                f"the engine did not start within its start-up bounds ({clip(str(exc), 120)}):"
+                " raise the pipeline option init_timeout_s, or stage_init_timeout_s, if the "
+                "model needs longer") from exc
 
     def _run(self, coro, timeout: float | None = None) -> Any:
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)

@@ -53,7 +53,14 @@ from .base import (
     VideoResult,
     named_ratio,
 )
-from .omni_bridge import OmniBridge, import_object, scalar, to_array, to_numpy
+from .omni_bridge import (
+    OmniBridge,
+    import_object,
+    scalar,
+    startup_kwargs,
+    to_array,
+    to_numpy,
+)
 from .registry import register_pipeline
 
 ENGINE_FACTORY = "pipelines.omni_bridge:build_async_omni"
@@ -163,6 +170,8 @@ class MiniMaxH3(Pipeline):
                           max_pixels=H3_MAX_PIXELS, canvases=tuple(H3_CANVASES)))
 
     default_deploy = "minimax_h3_disaggregated.yaml"
+    # init_timeout and stage_init_timeout: six GPUs' weights and CUDA-graph capture
+    start_timeouts_s = (3600.0, 1800.0)
 
     # The smallest request the engine accepts: the worker proves its engine before jobs.
     WARM_UP = VideoRequest(prompt="warm up", seconds=H3_MIN_S, width=448, height=256,
@@ -172,7 +181,7 @@ class MiniMaxH3(Pipeline):
         model = self.options.get("model", self.spec.models[0])
         deploy = self.deploy_config(self.options)
         factory = import_object(self.options.get("engine_factory", ENGINE_FACTORY))
-        kwargs = self.options.get("engine_kwargs", {})
+        kwargs = startup_kwargs(self.options, *self.start_timeouts_s)
         self._bridge = OmniBridge(lambda: factory(model, deploy, **kwargs))
         self._preencode = bool(self.options.get("preencode_mp4", False))
         self.video(self.WARM_UP, RunContext(job_id="warmup"))

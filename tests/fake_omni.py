@@ -159,9 +159,10 @@ ENTRYPOINT_KWARGS = frozenset({
     "output_modalities", "tts_batch_max_items", "tokenizer", "trust_remote_code",
     "enable_orch_monitor", "omni_master_address", "omni_master_port", "omni_dp_size_local",
     "omni_lb_policy", "omni_heartbeat_timeout", "parallel_stage_init",
-    "die_marker", "hold_file", "stats_file", "step_cost_s"})  # the fake's own, these four
+    "die_marker", "hold_file", "stats_file", "step_cost_s", "load_s"})  # the fake's own: these five
 REMOVED_KWARGS = {"diffusion_batch_size": "max_num_seqs",  # omni_base.py:192-196
                   "log_requests": "log_stats"}
+INIT_TIMEOUT_S, STAGE_INIT_TIMEOUT_S = 600, 300  # vLLM-Omni's defaults, omni_base.py:181-182
 FAKE_VLLM_VERSION = "0.30.0"  # the vllm the fake stands in for: vllm-omni 0.30.0's line
 
 
@@ -525,6 +526,12 @@ class FakeOmni:
                           os.environ.get("CUDA_VISIBLE_DEVICES"))
         self.model = model
         self.deploy_config = deploy_config or "audex_tts.yaml"
+        # vLLM-Omni's start-up bound (entrypoints/omni_base.py:181-182) against the load
+        # time the test asks for (``load_s``): no waiting, the engine's own error
+        self.init_timeout = kwargs.get("init_timeout", INIT_TIMEOUT_S)
+        self.stage_init_timeout = kwargs.get("stage_init_timeout", STAGE_INIT_TIMEOUT_S)
+        if float(kwargs.get("load_s", 0)) > self.init_timeout:  # omni_engine_base.py:528
+            raise TimeoutError(f"Orchestrator did not become ready within {self.init_timeout}s")
         pipeline = src.deploy(self.deploy_config)["pipeline"]
         check_engine_kwargs(pipeline, _TOPOLOGIES[pipeline], kwargs)
         check_model_path(model, _TOPOLOGIES[pipeline])

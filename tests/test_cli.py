@@ -4,6 +4,7 @@ traceback only with ``--debug``. Each case runs the real console script."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import socket
@@ -237,3 +238,21 @@ def test_the_console_script_and_the_supervisor_stay_light():
          f"print('loaded:', *(m for m in {heavy!r} if m in sys.modules))"],
         cwd=ROOT, capture_output=True, text=True, timeout=60, check=True)
     assert out.stdout.splitlines()[-1] == "loaded:"
+
+
+def test_an_engine_past_its_start_up_bound_exits_for_a_restart_in_one_line(tmp_path):
+    """vLLM-Omni raises TimeoutError when its engine is not ready within init_timeout;
+    the worker says so, names the option, and exits with the supervisor's restart code
+    (a cold cache or a slow volume may do better in a fresh process)."""
+    from tasks.exit_codes import RESTART_EXIT
+
+    options = json.dumps({"audex-tts": {
+        "engine_factory": "tests.fake_omni:make_engine",
+        "tokenizer_factory": "tests.fake_omni:make_tokenizer",
+        "engine_kwargs": {"load_s": 2000}}})  # past the Audex default of 1800 s
+    result = omnijobs(tmp_path, "worker", "--pipeline", "audex-tts", "--no-supervise",
+                      OMNIJOBS_PIPELINES='["audex-tts"]', OMNIJOBS_PIPELINE_OPTIONS=options)
+    line = one_line_error(result)
+    assert result.returncode == RESTART_EXIT
+    assert "did not become ready within 1800s" in line and "init_timeout_s" in line
+    assert line.endswith("exiting for a restart")

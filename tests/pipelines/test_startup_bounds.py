@@ -1,0 +1,46 @@
+"""Each GPU pipeline gives its engine start-up bounds that fit its model (vLLM-Omni's
+defaults, 600 s for the engine and 300 s per stage, are short for a cold 30B load or a
+six-GPU H3 load with CUDA-graph capture), and the options override them."""
+
+from __future__ import annotations
+
+import pytest
+
+from core.errors import EngineStartTimeout
+from pipelines.audex import AudexTTS
+from pipelines.omni_bridge import OmniBridge, startup_kwargs
+from pipelines.t2va import MiniMaxH3
+from tests import fake_omni
+
+FAKE = {"engine_factory": "tests.fake_omni:make_engine",
+        "tokenizer_factory": "tests.fake_omni:make_tokenizer"}
+
+
+def test_the_options_override_the_pipelines_bounds_and_engine_kwargs_stay():
+    assert startup_kwargs({}, 1800, 900) == {"init_timeout": 1800, "stage_init_timeout": 900}
+    assert startup_kwargs({"engine_kwargs": {"max_model_len": 8192, "init_timeout": 700}},
+                          1800, 900) == {"max_model_len": 8192, "init_timeout": 700,
+                                         "stage_init_timeout": 900}
+    assert startup_kwargs({"init_timeout_s": 4000, "stage_init_timeout_s": 2000,
+                           "engine_kwargs": {"init_timeout": 700}}, 1800, 900) == {
+        "init_timeout": 4000, "stage_init_timeout": 2000}
+
+
+@pytest.mark.parametrize(("pipeline", "options", "bounds"), [
+    (AudexTTS, {}, (1800, 900)),
+    (MiniMaxH3, {}, (3600, 1800)),
+    (AudexTTS, {"init_timeout_s": 2400, "stage_init_timeout_s": 1200}, (2400, 1200)),
+])
+def test_each_engine_is_built_with_its_pipelines_bounds(pipeline, options, bounds):
+    pipeline({**FAKE, **options}).load()
+    engine = fake_omni.ENGINES[-1]
+    assert (engine.init_timeout, engine.stage_init_timeout) == bounds
+    assert bounds[0] > fake_omni.INIT_TIMEOUT_S and bounds[1] > fake_omni.STAGE_INIT_TIMEOUT_S
+
+
+def test_an_engine_not_ready_in_time_is_a_start_timeout():
+    def factory():
+        return fake_omni.make_engine("any/model", "audex_tts.yaml", init_timeout=60,
+                                     load_s=61)
+    with pytest.raises(EngineStartTimeout, match="within 60s.*init_timeout_s"):
+        OmniBridge(factory)
