@@ -98,19 +98,23 @@ def check_engine_stack(found: Mapping[str, str | None]) -> None:
             code="engine_version_mismatch")
 
 
+CUDA_MAJOR = "13"  # vllm 0.30.0's kernels link libcudart.so.13 (its cu13 requirements)
 CUDA_DRIVER = "580"  # the oldest NVIDIA driver the CUDA 13 builds of torch 2.13 run on
 
 
 def check_torch_build(torch: Any) -> None:
-    """Refuse a torch built without CUDA, in one line. Where pip's index offers a CPU
+    """Refuse a torch not built for CUDA 13, in one line. Where pip's index offers a CPU
     build (``torch 2.13.0+cpu``) the [gpu] extra installs it without complaint, vLLM
-    imports, and the engine then finds no device deep inside its start-up. A CUDA build
-    says its CUDA version in ``torch.version.cuda``; a CPU build says None."""
-    if getattr(getattr(torch, "version", None), "cuda", None):
+    imports, and the engine then finds no device deep inside its start-up; a CUDA 12
+    build (``+cu128``) passes the pin and fails when vLLM loads its kernels. A build
+    says its CUDA version in ``torch.version.cuda`` (None for CPU)."""
+    cuda = getattr(getattr(torch, "version", None), "cuda", None)
+    if cuda and str(cuda).split(".")[0] == CUDA_MAJOR:
         return
+    built = f"built for CUDA {cuda}" if cuda else "built without CUDA"
     raise ConfigurationError(
-        f"this install's torch {getattr(torch, '__version__', '?')} is built without CUDA; "
-        f"the GPU pipelines need a CUDA 13 build of torch (NVIDIA driver {CUDA_DRIVER} or "
+        f"this install's torch {getattr(torch, '__version__', '?')} is {built}; the GPU "
+        f"pipelines need a CUDA {CUDA_MAJOR} build of torch (NVIDIA driver {CUDA_DRIVER} or "
         "newer): pip install --force-reinstall 'torch==2.13.0' --index-url "
         "https://download.pytorch.org/whl/cu130, or build Dockerfile.gpu",
         code="torch_without_cuda")
@@ -232,6 +236,20 @@ def is_client_error(exc: BaseException) -> bool:
             and not isinstance(status, bool) and 400 <= status < 500)
 
 
+def start_timeout(exc: BaseException) -> TimeoutError | None:
+    """The TimeoutError behind an engine's failed start: raised as it is when the whole
+    engine misses ``init_timeout`` (omni_engine_base.py:528), or wrapped in the
+    ``RuntimeError("Orchestrator initialization failed")`` a stage's failure becomes
+    (:473-477), e.g. vLLM's own wait for an engine core (core_client.py:712-724)."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, TimeoutError):
+            return exc
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
 class OmniBridge:
     def __init__(self, factory: Callable[[], Any]) -> None:
         self._loop = asyncio.new_event_loop()
@@ -244,11 +262,14 @@ class OmniBridge:
 
         try:
             self.engine = self._run(build())
-        except TimeoutError as exc:  # omni_engine_base.py:528, vllm core_client.py:712-724
+        except Exception as exc:
+            timeout = start_timeout(exc)
+            if timeout is None:
+                raise
             raise EngineStartTimeout(
-                f"the engine did not start within its start-up bounds ({clip(str(exc), 120)}):"
-                " raise the pipeline option init_timeout_s, or stage_init_timeout_s, if the "
-                "model needs longer") from exc
+                f"the engine did not start within its start-up bounds "
+                f"({clip(str(timeout), 120)}): raise the pipeline option init_timeout_s, or "
+                "stage_init_timeout_s, if the model needs longer") from exc
 
     def _run(self, coro, timeout: float | None = None) -> Any:
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)

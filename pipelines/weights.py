@@ -1,5 +1,5 @@
-"""Audex weights prepared before the engine's first start, so they can be mounted
-read-only.
+"""Model folders mounted read-only: Audex weights prepared before the engine's first
+start, and the one folder every engine start writes kept off the mount.
 
 Nemotron-Labs-Audex checkpoints deduplicate their weights: the shards that
 ``checkpoint_folder_audiogen/model.safetensors.index.json`` lists live only in the sibling
@@ -16,6 +16,13 @@ write access (a Kubernetes Job, a compose one-shot service). A worker given a mo
 folder that still lacks shards and that it cannot write refuses to start, in one line
 saying what to run. The check reads the folder as the engine's helper does: a shard is
 there when its path exists, a link followed (checkpoint.py:170-173).
+
+Every start also writes the models' remote code (H3's VAEs, Audex's ``trust_remote_code``
+stages) into transformers' module cache, ``$HF_HOME/modules`` unless
+``HF_MODULES_CACHE`` says otherwise (transformers/utils/hub.py:107,
+dynamic_module_utils.py:85-117). With ``HF_HOME`` on the models mount that write fails
+too, so the shipped deployments point ``HF_MODULES_CACHE`` at the worker's own state
+folder, and a worker whose module cache it cannot write refuses to start.
 """
 
 from __future__ import annotations
@@ -68,6 +75,31 @@ def prepare(root: str | os.PathLike,
         raise ConfigurationError(f"{len(left)} shard(s) still missing from {root / LINKED_FOLDER} "
                                  f"after linking (first: {left[0]})", code="weights_unprepared")
     return missing
+
+
+def modules_cache() -> str:
+    """Where transformers writes remote code: ``HF_MODULES_CACHE``, else ``modules``
+    under ``HF_HOME`` as huggingface_hub resolves it (``$XDG_CACHE_HOME/huggingface``,
+    else ``~/.cache/huggingface``)."""
+    home = os.environ.get("HF_HOME") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME", "~/.cache"), "huggingface")
+    return os.environ.get("HF_MODULES_CACHE") or os.path.join(os.path.expanduser(home),
+                                                               "modules")
+
+
+def check_modules_cache() -> None:
+    """At a GPU worker's start: the module cache, or the nearest folder above it that
+    exists, must be writable by this process."""
+    path = modules_cache()
+    existing = path
+    while not os.path.exists(existing) and os.path.dirname(existing) != existing:
+        existing = os.path.dirname(existing)
+    if not os.access(existing, os.W_OK):
+        raise ConfigurationError(
+            f"transformers writes the models' remote code under {path} at every engine "
+            f"start, and this worker cannot write {existing} (read-only or another owner): "
+            "set HF_MODULES_CACHE to a writable folder (the shipped deployments use "
+            "/var/lib/omnijobs/hf-modules)", code="modules_cache_read_only")
 
 
 def check_prepared(root: str) -> None:

@@ -31,11 +31,15 @@ TTL_BEATS = 3  # a row not renewed for this many periods is a dead process
 POKE_DELAY_S = 0.2
 
 
-def describe(worker_id: str, role: str, pipelines: list[str]) -> WorkerBeat:
-    """Who this process is: host, pid, what it serves, on which device, which release."""
+def describe(worker_id: str, role: str, pipelines: list[str],
+             engine: bool = False) -> WorkerBeat:
+    """Who this process is: host, pid, what it serves, on which device, which release.
+    An engine worker in a container has no CUDA_VISIBLE_DEVICES (the runtime gave it its
+    GPUs): it runs on every GPU it sees."""
     gpus = os.environ.get("CUDA_VISIBLE_DEVICES")
+    device = f"gpu {gpus}" if gpus else ("gpu (all visible)" if engine else "cpu")
     return WorkerBeat(id=worker_id, role=role, host=socket.gethostname(), pid=os.getpid(),
-                      pipelines=tuple(pipelines), device=f"gpu {gpus}" if gpus else "cpu",
+                      pipelines=tuple(pipelines), device=device,
                       version=version("omnijobs"), started_at=datetime.now(UTC))
 
 

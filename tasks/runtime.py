@@ -134,7 +134,9 @@ class WorkerRuntime:
         """Start this process's row in the worker registry (once it takes work)."""
         if self.presence is not None:
             return
-        self.presence = Presence(self.workers, describe(self.worker_id, role, self.served),
+        engine = any(get_pipeline_class(n).default_deploy for n in self.served)
+        self.presence = Presence(self.workers, describe(self.worker_id, role, self.served,
+                                                        engine),
                                  self.settings.worker_heartbeat_s,
                                  current_job=self.in_flight.newest,
                                  draining=lambda: self.drain.started,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 from pathlib import Path
 
@@ -226,3 +227,22 @@ def test_the_audex_worker_waits_for_its_weights_to_be_prepared():
     assert {"postgres", "redis", "migrate"} <= set(worker["depends_on"])
     for name in GPU_WORKERS:
         assert SERVICES[name]["volumes"] == ["models:/models:ro"]
+
+
+def read_only_mounts(svc: dict) -> list[str]:
+    return [v.split(":")[1] for v in svc.get("volumes", []) if v.endswith(":ro")]
+
+
+@pytest.mark.parametrize("name", GPU_WORKERS)
+def test_what_every_engine_start_writes_is_off_the_read_only_models(name):
+    """transformers writes the models' remote code (H3's VAEs, Audex's trust_remote_code
+    stages) into HF_MODULES_CACHE, else $HF_HOME/modules, at every engine start."""
+    env = SERVICES[name]["environment"]
+    modules = env.get("HF_MODULES_CACHE") or os.path.join(env["HF_HOME"], "modules")
+    mounts = read_only_mounts(SERVICES[name])
+    assert mounts == ["/models"]
+    assert not any(Path(modules).is_relative_to(m) for m in mounts), modules
+    docker = (ROOT / "Dockerfile.gpu").read_text()
+    assert f"HF_MODULES_CACHE={modules}" in docker  # the image's own default agrees
+    assert Path(modules).is_relative_to("/var/lib/omnijobs")  # the folder uid 1000 owns
+    assert "chown 1000 /var/lib/omnijobs" in docker

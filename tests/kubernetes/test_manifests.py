@@ -280,3 +280,14 @@ def test_the_models_prepare_job_links_the_folder_the_read_only_workers_load():
     assert models["readOnly"] is True
     [pvc] = [d for _, d in CORE if d["kind"] == "PersistentVolumeClaim"]
     assert {"ReadOnlyMany", "ReadWriteOnce"} <= set(pvc["spec"]["accessModes"])
+
+
+@pytest.mark.parametrize("name", sorted(GPU_WORKERS))
+def test_what_every_engine_start_writes_is_off_the_read_only_models(name):
+    """transformers writes remote code into HF_MODULES_CACHE (else $HF_HOME/modules) at
+    every engine start: never under a read-only mount."""
+    modules = CONFIG.get("HF_MODULES_CACHE") or f"{CONFIG['HF_HOME']}/modules"
+    read_only = [m["mountPath"] for m in container(GPU_WORKERS[name])["volumeMounts"]
+                 if m.get("readOnly")]
+    assert read_only == ["/models"]
+    assert not any(Path(modules).is_relative_to(m) for m in read_only), modules

@@ -65,6 +65,12 @@ def test_a_torch_without_cuda_is_refused_in_one_line_before_the_engine_is_import
     assert "vllm_omni" not in sys.modules
 
 
+def test_a_cuda_12_torch_is_refused():
+    """vllm 0.30.0's kernels link libcudart.so.13: a cu128 build imports, then fails."""
+    with pytest.raises(ConfigurationError, match="torch 2.13.0[+]cu128 is built for CUDA 12.8"):
+        check_torch_build(fake_torch("2.13.0+cu128"))
+
+
 def test_a_cuda_torch_passes():
     check_torch_build(fake_torch())  # the fake's default: 2.13.0+cu130
     assert fake_torch().version.cuda == "13.0"

@@ -44,3 +44,22 @@ def test_an_engine_not_ready_in_time_is_a_start_timeout():
                                      load_s=61)
     with pytest.raises(EngineStartTimeout, match="within 60s.*init_timeout_s"):
         OmniBridge(factory)
+
+
+def test_a_stage_timeout_wrapped_by_the_orchestrator_is_a_start_timeout_too():
+    """vLLM-Omni wraps a stage's failure (vLLM's own engine-ready TimeoutError among
+    them) in a RuntimeError (omni_engine_base.py:473-477)."""
+    def factory():
+        try:
+            raise TimeoutError("Timed out waiting for engine core processes to start")
+        except TimeoutError as exc:
+            raise RuntimeError("Orchestrator initialization failed") from exc
+    with pytest.raises(EngineStartTimeout, match="Timed out waiting for engine core"):
+        OmniBridge(factory)
+
+
+def test_another_start_failure_is_left_as_it_is():
+    def factory():
+        raise RuntimeError("CUDA out of memory")
+    with pytest.raises(RuntimeError, match="out of memory"):
+        OmniBridge(factory)

@@ -111,3 +111,23 @@ def test_a_writable_unprepared_folder_is_left_to_the_engine(checkpoint):
     assert prepare(checkpoint, ensure_audiogen_weights) == list(SHARDS)
     assert missing_shards(checkpoint) == [] and prepare(checkpoint, ensure_audiogen_weights) == []
     check_prepared("nvidia/Nemotron-Labs-Audex-2B")  # a hub id: nothing to check here
+
+
+def test_a_worker_refuses_a_module_cache_it_cannot_write_in_one_line(tmp_path):
+    """HF_HOME on the read-only models mount: every engine start writes remote code
+    there (HF_MODULES_CACHE unset)."""
+    models = tmp_path / "models"
+    (models / "hf").mkdir(parents=True)
+    options = json.dumps({"minimax-h3": FAKE})
+    clean = {k: v for k, v in os.environ.items()
+             if not k.startswith(("OMNIJOBS_", "HF_"))}
+    clean.update(PYTHONPATH=str(ROOT), OMNIJOBS_PIPELINES='["minimax-h3"]',
+                 OMNIJOBS_PIPELINE_OPTIONS=options, HF_HOME=str(models / "hf"))
+    work = tmp_path / "work"
+    work.mkdir()
+    result = subprocess.run(read_only(models, sys.executable, "-m", "omnijobs.cli",
+                                      "worker", "--pipeline", "minimax-h3"),
+                            cwd=work, env=clean, capture_output=True, text=True, timeout=60)
+    line = one_line_error(result)
+    assert f"remote code under {models / 'hf' / 'modules'}" in line
+    assert "set HF_MODULES_CACHE to a writable folder" in line
