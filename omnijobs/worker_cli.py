@@ -70,8 +70,9 @@ def _run_worker(pipeline: list[str] | None, metrics_port: int | None, loglevel: 
         run_worker(make_celery(settings), f"omnijobs-{os.getpid()}", queues, loglevel,
                    threads=threads)
     finally:
+        runtime.close_engines()  # after Celery's warm shutdown drained in-flight work
         if runtime.restart_requested:
-            os._exit(RESTART_EXIT)  # after Celery's warm shutdown drained in-flight work
+            os._exit(RESTART_EXIT)
 
 
 def maintenance(log_level: LogLevel = "INFO", metrics_port: Annotated[int | None, typer.Option(

@@ -211,6 +211,9 @@ class AudexPipeline(Pipeline):
         for _ in self.speech(SpeechRequest(input="Warm up."), RunContext(job_id="warmup")):
             pass  # one real request before the worker takes jobs
 
+    def close(self, timeout_s: float) -> None:
+        self._bridge.close(timeout_s)
+
     def slots(self) -> int:
         if "slots" in self.options:
             return super().slots()

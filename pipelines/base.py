@@ -332,6 +332,10 @@ class Pipeline:
     def load(self) -> None:
         """Import heavy libraries and load weights. Default: nothing to load."""
 
+    def close(self, timeout_s: float) -> None:
+        """Stop what ``load`` started, within ``timeout_s``: the process is exiting.
+        Default: nothing runs beside the jobs."""
+
     def slots(self) -> int:
         """How many jobs a worker keeps in flight on this pipeline (after ``load``): the
         option ``slots``, else one. A CPU pipeline computes on the worker's own cores,

@@ -11,6 +11,7 @@ import asyncio
 import copy
 import importlib
 import importlib.metadata
+import logging
 import os
 import queue
 import threading
@@ -32,6 +33,8 @@ from core.errors import (
 )
 
 from .devices import check_visible
+
+log = logging.getLogger(__name__)
 
 POLL_S = 0.25
 ABORT_TIMEOUT_S = 10.0
@@ -281,6 +284,24 @@ class OmniBridge:
     def default_params(self) -> list[Any]:
         """A private deep copy: requests mutate params, including nested extra_args."""
         return copy.deepcopy(list(self.engine.default_sampling_params_list))
+
+    def close(self, timeout_s: float) -> None:
+        """The engine's own shutdown (``AsyncOmni.shutdown``: its output task, then its
+        stage processes and their GPU memory, entrypoints/async_omni_base.py:577-582,
+        omni_base.py:770-772), on its loop, within ``timeout_s``; then the loop stops.
+        Without it a worker that exits leaves its stages to the parent-death signal,
+        and a fresh worker can start while they still hold the GPU."""
+        async def shut() -> None:
+            self.engine.shutdown()
+
+        try:
+            self._run(shut(), timeout=timeout_s)
+        except TimeoutError:
+            log.warning("the engine's shutdown did not finish within %g s; exiting anyway",
+                        timeout_s)
+        except Exception:
+            log.warning("the engine's shutdown failed; exiting anyway", exc_info=True)
+        self._loop.call_soon_threadsafe(self._loop.stop)
 
     def abort(self, request_id: str) -> None:
         try:

@@ -188,6 +188,9 @@ class MiniMaxH3(Pipeline):
         self._preencode = bool(self.options.get("preencode_mp4", False))
         self.video(self.WARM_UP, RunContext(job_id="warmup"))
 
+    def close(self, timeout_s: float) -> None:
+        self._bridge.close(timeout_s)
+
     def timeout_s(self, request: VideoRequest) -> float:
         """The engine's longest silence before it counts as hung: it answers once, when
         all ``n`` clips are rendered, so ``request_timeout_s`` (per clip of up to 5 s)

@@ -148,6 +148,14 @@ class WorkerRuntime:
         if self.presence is not None:
             self.presence.stop()
 
+    def close_engines(self) -> None:
+        """Shut each loaded pipeline's engine down, within its bound (the pipeline option
+        ``shutdown_timeout_s``, else ENGINE_SHUTDOWN_S), before the process exits, so
+        its stage processes free their GPUs before a fresh worker starts."""
+        for name, pipeline in list(self._pipelines.items()):
+            options = self.settings.pipeline_options.get(name, {})
+            pipeline.close(float(options.get("shutdown_timeout_s", ENGINE_SHUTDOWN_S)))
+
     def request_restart(self) -> None:
         """Stop taking jobs and exit with RESTART_EXIT so the supervisor starts a fresh
         process (a dead inference engine must not poison later jobs). One signal however
@@ -166,6 +174,7 @@ class WorkerRuntime:
         reaper once its lease runs out."""
         log.error("recycling the worker process (a job ran past its maximum runtime)")
         self.retire()
+        self.close_engines()
         os._exit(RESTART_EXIT)
 
 
@@ -177,6 +186,7 @@ def max_runtime_s(settings: Settings, name: str) -> float:
 
 
 MAX_FINALIZE_THREADS = 4  # a batch's jobs that end together upload side by side (pool.py)
+ENGINE_SHUTDOWN_S = 30.0  # for an engine to stop its stages when the worker exits
 HAND_BACK_GRACE_S = 5.0  # for a pipeline to notice a hand-back before the process exits
 
 
@@ -241,6 +251,7 @@ class Drain:
             return
         log.warning("a pipeline call did not stop after its job was handed back; exiting")
         self.rt.retire()
+        self.rt.close_engines()
         logging.shutdown()
         os._exit(0)
 

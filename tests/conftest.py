@@ -215,7 +215,8 @@ def stack_env(pg: str, redis: str, sw, home: Path, **extra: str) -> dict[str, st
         "OMNIJOBS_PIPELINE_OPTIONS": json.dumps({
             "audex-tts": {"engine_factory": "tests.fake_omni:make_engine",
                           "tokenizer_factory": "tests.fake_omni:make_tokenizer",
-                          "engine_kwargs": {"die_marker": str(home / "engine-died")}},
+                          "engine_kwargs": {"die_marker": str(home / "engine-died"),
+                                            "shutdown_file": str(home / "engine-shutdown")}},
             "minimax-h3": {"engine_factory": "tests.fake_omni:make_engine"}}),
         "OMNIJOBS_SIGNED_URL_TTL_S": "5",
         "OMNIJOBS_PIPELINE_MODULES": '["tests.fake_pipelines"]',

@@ -159,7 +159,8 @@ ENTRYPOINT_KWARGS = frozenset({
     "output_modalities", "tts_batch_max_items", "tokenizer", "trust_remote_code",
     "enable_orch_monitor", "omni_master_address", "omni_master_port", "omni_dp_size_local",
     "omni_lb_policy", "omni_heartbeat_timeout", "parallel_stage_init",
-    "die_marker", "hold_file", "stats_file", "step_cost_s", "load_s"})  # the fake's own: these five
+    "die_marker", "hold_file", "stats_file", "step_cost_s", "load_s", "shutdown_file",
+    "shutdown_s"})  # the fake's own: these seven
 REMOVED_KWARGS = {"diffusion_batch_size": "max_num_seqs",  # omni_base.py:192-196
                   "log_requests": "log_stats"}
 INIT_TIMEOUT_S, STAGE_INIT_TIMEOUT_S = 600, 300  # vLLM-Omni's defaults, omni_base.py:181-182
@@ -545,6 +546,7 @@ class FakeOmni:
             engine_args=SimpleNamespace(max_num_seqs=seqs))
             for name, seqs in zip(self.stages, self.max_num_seqs, strict=True)]
         self.default_sampling_params_list = default_params(self.deploy_config)
+        self.kwargs = kwargs
         self.die_marker = kwargs.get("die_marker")
         self.hold_file, self.stats_file = kwargs.get("hold_file"), kwargs.get("stats_file")
         self.step_cost_s = step_cost(kwargs.get("step_cost_s"))
@@ -555,6 +557,14 @@ class FakeOmni:
         self.emitted_samples = 0  # every sample handed out, copies included
         self.last_mp4: list[bytes] = []
         self.errored = False
+
+    def shutdown(self, timeout: float | None = None) -> None:
+        """AsyncOmni.shutdown (sync, on the engine's loop): takes ``shutdown_s`` (a stage
+        that will not stop), then notes itself in ``shutdown_file`` for the tests."""
+        time.sleep(float(self.kwargs.get("shutdown_s", 0)))
+        if self.kwargs.get("shutdown_file"):
+            with open(self.kwargs["shutdown_file"], "a") as f:
+                f.write(f"{os.getpid()} shutdown\n")
 
     async def abort(self, request_id: str, *, timeout: float | None = None) -> None:
         self.aborted.append(request_id)

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import signal
+from pathlib import Path
+
 import pytest
 from openai import OpenAI
 
@@ -59,6 +63,26 @@ def test_dead_engine_restarts_the_worker_and_the_job_completes(stack, gpu_worker
     log = gpu_worker.log.read_text()
     assert "engine_dead" in log and "starting a fresh one" in log
     assert gpu_worker.proc.poll() is None  # the supervisor lives on
+    # the dead engine's process shut its engine down (its stages, their GPU memory)
+    # before it exited for the restart
+    shut = (Path(stack.env["OMNIJOBS_HOME"]) / "engine-shutdown").read_text().split()
+    assert shut[1::2] == ["shutdown"] and len(shut) == 2
+
+
+def test_an_engine_that_will_not_stop_holds_the_exit_only_within_its_bound(stack, tmp_path):
+    options = json.loads(stack.env["OMNIJOBS_PIPELINE_OPTIONS"])
+    options["audex-tts"].update(shutdown_timeout_s=1)
+    options["audex-tts"]["engine_kwargs"] = {"shutdown_s": 600}  # a stage that hangs
+    env = {**stack.env, "OMNIJOBS_PIPELINE_OPTIONS": json.dumps(options)}
+    proc = spawn("stuck-shutdown", ["worker", "--pipeline", "audex-tts"], env, tmp_path)
+    try:
+        wait_until(lambda: "ready" in proc.log.read_text(), 120, "worker")
+        proc.proc.send_signal(signal.SIGTERM)
+        wait_until(lambda: proc.proc.poll() is not None, 60, "the worker's exit")
+    finally:
+        proc.stop()
+    assert "shutdown did not finish within 1 s; exiting anyway" in proc.log.read_text()
+    assert proc.proc.returncode == 0
 
 
 def test_t2va_video_through_the_sdk(stack, gpu_worker, key):
