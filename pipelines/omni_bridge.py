@@ -159,11 +159,12 @@ def build_async_omni(model: str, deploy_config: str | None = None, **kwargs: Any
     if deploy_config is not None:
         check_visible(deploy_config, visible_gpus(torch),
                       os.environ.get("CUDA_VISIBLE_DEVICES"))
+    if "init_timeout" in kwargs:  # each stage client's own wait for its engine core, read
+        # when vllm's core_client is first imported: before anything of vllm_omni is
+        os.environ.setdefault("VLLM_ENGINE_READY_TIMEOUT_S", str(kwargs["init_timeout"]))
     vllm_omni = gpu_import("vllm_omni")
     if deploy_config is not None:
         kwargs["deploy_config"] = deploy_config
-    if "init_timeout" in kwargs:  # each stage client's own wait for its engine core
-        os.environ.setdefault("VLLM_ENGINE_READY_TIMEOUT_S", str(kwargs["init_timeout"]))
     return vllm_omni.AsyncOmni(model, **kwargs)
 
 
@@ -246,7 +247,9 @@ def start_timeout(exc: BaseException) -> TimeoutError | None:
     (:473-477), e.g. vLLM's own wait for an engine core (core_client.py:712-724)."""
     seen: set[int] = set()
     while exc is not None and id(exc) not in seen:
-        if isinstance(exc, TimeoutError):
+        # every real bound carries a message; a bare one is a poll's, e.g. the context of
+        # "Orchestrator thread died during startup" (omni_engine_base.py:534-539)
+        if isinstance(exc, TimeoutError) and exc.args:
             return exc
         seen.add(id(exc))
         exc = exc.__cause__ or exc.__context__

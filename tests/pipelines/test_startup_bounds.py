@@ -63,3 +63,15 @@ def test_another_start_failure_is_left_as_it_is():
         raise RuntimeError("CUDA out of memory")
     with pytest.raises(RuntimeError, match="out of memory"):
         OmniBridge(factory)
+
+
+def test_a_crash_in_a_polls_timeout_handler_is_no_start_timeout():
+    """vLLM-Omni raises "Orchestrator thread died during startup" inside the handler of
+    its poll's bare TimeoutError (omni_engine_base.py:534-539): a crash, not a bound."""
+    def factory():
+        try:
+            raise TimeoutError()
+        except TimeoutError:
+            raise RuntimeError("Orchestrator thread died during startup") from None
+    with pytest.raises(RuntimeError, match="thread died"):
+        OmniBridge(factory)
