@@ -14,6 +14,7 @@ from pathlib import Path
 from tasks.exit_codes import RESTART_EXIT
 
 from . import console
+from .released import wait_released
 from .serve_cli import metrics_folder, serve_summed
 
 
@@ -78,4 +79,5 @@ def supervise(args: list[str], metrics: Path | None = None) -> int:
             mark_process_dead(child.pid, path=str(metrics))
         if code != RESTART_EXIT or stopping:
             return code
+        wait_released(child.pid)  # its stages, and the GPU memory they held
         log.warning("worker exited for a restart; starting a fresh one")

@@ -56,6 +56,7 @@ SPAWNING = {
     "test_bench_slots.py",
     "test_bench_smoke.py",
     "test_cli.py", "test_cli_terminal.py", "test_deploy_guide.py", "test_gpu_extra.py",
+    "test_released.py",
     "test_packaging.py", "test_readme.py", "test_startup.py", "test_xdist_isolation.py",
 }
 
