@@ -7,17 +7,20 @@ shutdown, or on the parent-death signal, but not at the same instant as the work
 the driver frees a process's device memory only after the process is gone. A fresh
 worker that starts meanwhile finds its GPU still full and fails to load. So the
 supervisor waits until no process of the old group is left, then, where NVML's Python
-binding (``pynvml``, from the ``nvidia-ml-py`` package the GPU image carries with vLLM)
-is importable, until no GPU lists one of them as a compute process. Only the standard
-library otherwise: the supervisor imports nothing heavy.
+binding is at hand (``pynvml``, or the copy vLLM ships as ``vllm/third_party/pynvml.py``,
+loaded from its file so that vLLM itself, and torch, are not imported), until no GPU
+lists one of them as a compute process. The supervisor imports nothing heavy.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import os
 import time
 from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
 
 RELEASE_WAIT_S = 60.0  # an engine's stages are stopped well within this, or are stuck
 POLL_S = 0.2
@@ -42,11 +45,28 @@ def group_members(pgid: int) -> set[int]:
     return members
 
 
-def gpu_holders() -> Callable[[], set[int]] | None:
-    """A reader of the pids that hold memory on any GPU, or None without NVML."""
+def nvml() -> ModuleType | None:
     try:
         import pynvml
+        return pynvml
     except ImportError:
+        pass
+    spec = importlib.util.find_spec("vllm")  # finds the package without importing it
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    path = Path(spec.submodule_search_locations[0]) / "third_party" / "pynvml.py"
+    if not path.is_file():
+        return None
+    file_spec = importlib.util.spec_from_file_location("_omnijobs_pynvml", path)
+    module = importlib.util.module_from_spec(file_spec)
+    file_spec.loader.exec_module(module)
+    return module
+
+
+def gpu_holders() -> Callable[[], set[int]] | None:
+    """A reader of the pids that hold memory on any GPU, or None without NVML."""
+    pynvml = nvml()
+    if pynvml is None:
         return None
     try:
         pynvml.nvmlInit()

@@ -81,3 +81,22 @@ def test_without_nvml_or_a_driver_there_is_nothing_to_read(monkeypatch):
         raise RuntimeError("NVML Shared Library Not Found")
     monkeypatch.setitem(sys.modules, "pynvml", SimpleNamespace(nvmlInit=no_driver))
     assert released.gpu_holders() is None
+
+
+def test_vllms_own_copy_of_nvml_is_read_without_importing_vllm(monkeypatch, tmp_path):
+    """The GPU image has NVML's binding as vLLM's vendored file; importing vllm (torch)
+    in the supervisor would cost seconds at every restart."""
+    package = tmp_path / "vllm"
+    (package / "third_party").mkdir(parents=True)
+    (package / "__init__.py").write_text("raise RuntimeError('vllm itself imported')\n")
+    (package / "third_party" / "pynvml.py").write_text(
+        "def nvmlInit(): pass\n"
+        "def nvmlDeviceGetCount(): return 1\n"
+        "def nvmlDeviceGetHandleByIndex(i): return i\n"
+        "class P:\n    pid = 4242\n"
+        "def nvmlDeviceGetComputeRunningProcesses(h): return [P()]\n")
+    monkeypatch.setitem(sys.modules, "pynvml", None)
+    monkeypatch.delitem(sys.modules, "vllm", raising=False)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert released.gpu_holders()() == {4242}
+    assert "vllm" not in sys.modules
