@@ -60,7 +60,7 @@ from .omni_bridge import (
     to_numpy,
 )
 from .registry import register_pipeline
-from .weights import check_modules_cache, check_prepared
+from .weights import check_modules_cache, check_prepared, check_reachable
 
 Mode = Literal["tts", "tta", "text"]
 # Copied: the modules defining these import torch, vllm or transformers; tests pin them.
@@ -192,6 +192,7 @@ class AudexPipeline(Pipeline):
 
     def load(self) -> None:
         model = repository_root(self.options.get("model", self.default_model))
+        check_reachable(model, self.spec.name)
         check_prepared(model)  # before the engine writes into a folder it cannot
         check_modules_cache()
         deploy = self.deploy_config(self.options)

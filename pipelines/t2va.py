@@ -62,7 +62,7 @@ from .omni_bridge import (
     to_numpy,
 )
 from .registry import register_pipeline
-from .weights import check_modules_cache
+from .weights import check_modules_cache, check_reachable
 
 ENGINE_FACTORY = "pipelines.omni_bridge:build_async_omni"
 # MINIMAX_H3_SUPPORTED_ASPECT_RATIOS, model_executor/models/minimax_h3/preprocessing.py:39-46
@@ -181,6 +181,7 @@ class MiniMaxH3(Pipeline):
     def load(self) -> None:
         model = self.options.get("model", self.spec.models[0])
         deploy = self.deploy_config(self.options)
+        check_reachable(model, self.spec.name)
         check_modules_cache()  # its VAEs are remote code, written there at every start
         factory = import_object(self.options.get("engine_factory", ENGINE_FACTORY))
         kwargs = startup_kwargs(self.options, *self.start_timeouts_s)

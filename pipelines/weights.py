@@ -32,7 +32,7 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
-from core.errors import ConfigurationError
+from core.errors import ConfigurationError, clip
 
 from .omni_bridge import gpu_import
 
@@ -100,6 +100,46 @@ def check_modules_cache() -> None:
             f"start, and this worker cannot write {existing} (read-only or another owner): "
             "set HF_MODULES_CACHE to a writable folder (the shipped deployments use "
             "/var/lib/omnijobs/hf-modules)", code="modules_cache_read_only")
+
+
+# What each pipeline's engine reads of its checkpoint (vLLM-Omni's per-stage download
+# profiles, model_executor/models/audex/checkpoint.py:27-48): the folders an offline host
+# needs on disk.
+NEEDED = {
+    "audex-tts": "config.json, checkpoint_folder_audiogen/, checkpoint_folder_full/ and "
+                 "audex_causal_speech_decoder/",
+    "audex-tta": "config.json, checkpoint_folder_audiogen/ and checkpoint_folder_full/, "
+                 "and hf-audio/xcodec-hubert-general-balanced for the decoder",
+    "minimax-h3": "the whole repository",
+}
+
+
+def offline() -> bool:
+    """HF_HUB_OFFLINE as huggingface_hub reads it (1, ON, YES or TRUE)."""
+    return os.environ.get("HF_HUB_OFFLINE", "").upper() in {"1", "ON", "YES", "TRUE"}
+
+
+def hub_cache() -> str:
+    home = os.environ.get("HF_HOME") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME", "~/.cache"), "huggingface")
+    return os.environ.get("HF_HUB_CACHE") or os.path.join(os.path.expanduser(home), "hub")
+
+
+def check_reachable(model: str, pipeline: str) -> None:
+    """On an offline host (HF_HUB_OFFLINE), a Hub id the hub cache holds no snapshot of
+    cannot load: vLLM-Omni would try the network for the whole repository first
+    (entrypoints/omni_base.py:77-120) and fail deep in the start. Refuse it in one line
+    saying what to download and where to point the option."""
+    if not offline() or os.path.isdir(model):
+        return
+    snapshots = Path(hub_cache()) / ("models--" + model.replace("/", "--")) / "snapshots"
+    if snapshots.is_dir() and any(snapshots.iterdir()):
+        return
+    raise ConfigurationError(
+        f"model {clip(model)!r} is a Hub id, this host is offline (HF_HUB_OFFLINE) and the "
+        f"hub cache ({hub_cache()}) holds no copy of it: download "
+        f"{NEEDED.get(pipeline, 'the repository')} to a folder and set the pipeline "
+        f"option model of {pipeline} to it", code="model_unreachable")
 
 
 def check_prepared(root: str) -> None:

@@ -246,3 +246,12 @@ def test_what_every_engine_start_writes_is_off_the_read_only_models(name):
     assert f"HF_MODULES_CACHE={modules}" in docker  # the image's own default agrees
     assert Path(modules).is_relative_to("/var/lib/omnijobs")  # the folder uid 1000 owns
     assert "chown 1000 /var/lib/omnijobs" in docker
+
+
+@pytest.mark.parametrize("name", GPU_WORKERS)
+def test_gpu_workers_load_local_folders_and_never_ask_the_hub(name):
+    env = SERVICES[name]["environment"]
+    assert env["HF_HUB_OFFLINE"] == "1" and env["TRANSFORMERS_OFFLINE"] == "1"
+    for options in gpu_options(SERVICES[name]).values():
+        assert options["model"].startswith("/models/")
+    assert "HF_HUB_OFFLINE=1" in (ROOT / "Dockerfile.gpu").read_text()

@@ -291,3 +291,10 @@ def test_what_every_engine_start_writes_is_off_the_read_only_models(name):
                  if m.get("readOnly")]
     assert read_only == ["/models"]
     assert not any(Path(modules).is_relative_to(m) for m in read_only), modules
+
+
+def test_gpu_workers_load_local_folders_and_never_ask_the_hub():
+    assert CONFIG["HF_HUB_OFFLINE"] == "1" and CONFIG["TRANSFORMERS_OFFLINE"] == "1"
+    for pipeline in ("audex-tts", "minimax-h3"):
+        options = json.loads(CONFIG["OMNIJOBS_PIPELINE_OPTIONS"])[pipeline]
+        assert options["model"].startswith("/models/")

@@ -122,13 +122,13 @@ def test_nothing_but_the_cli_imports_api_or_tasks():
 
 def test_the_entry_point_package_holds_only_the_entry_point():
     """The console script and its command groups (one ``*_cli.py`` module each, with the
-    options they share and the worker's supervisor), how it talks to a person
-    (console.py and startup.py, which import only core), the batch client with the
-    ``omnijobs dev`` it finds in its folder (an HTTP client: it imports nothing of ours)
-    and the operator's usage report (it reads the usage repository, as the admin
+    options they share and the worker's supervisor with its wait for released GPUs), how
+    it talks to a person (console.py and startup.py, which import only core), the batch
+    client with the ``omnijobs dev`` it finds in its folder (an HTTP client: it imports
+    nothing of ours) and the operator's usage report (it reads the usage repository, as the admin
     commands read theirs); no service code."""
     helpers = {"__init__.py", "cli.py", "console.py", "local.py", "startup.py",
-               "options.py", "supervisor.py"}
+               "options.py", "supervisor.py", "released.py"}
     names = {p.name for p in (ROOT / "omnijobs").glob("*.py")}
     assert {"batch_cli.py", "usage_cli.py", "worker_cli.py", "serve_cli.py"} <= names
     assert not {n for n in names - helpers if not n.endswith("_cli.py")}
@@ -136,6 +136,7 @@ def test_the_entry_point_package_holds_only_the_entry_point():
     assert _our_imports(ROOT / "omnijobs" / "startup.py") <= {"core"}
     assert not _our_imports(ROOT / "omnijobs" / "batch_cli.py")
     assert not _our_imports(ROOT / "omnijobs" / "local.py")
+    assert not _our_imports(ROOT / "omnijobs" / "released.py")  # the supervisor's: light
     assert _our_imports(ROOT / "omnijobs" / "usage_cli.py") <= {"storage"}
     assert not [p for p in (ROOT / "omnijobs").iterdir() if p.is_dir()
                 and p.name != "__pycache__"]

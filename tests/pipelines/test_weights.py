@@ -131,3 +131,32 @@ def test_a_worker_refuses_a_module_cache_it_cannot_write_in_one_line(tmp_path):
     line = one_line_error(result)
     assert f"remote code under {models / 'hf' / 'modules'}" in line
     assert "set HF_MODULES_CACHE to a writable folder" in line
+
+
+def test_an_offline_host_refuses_a_hub_id_it_holds_no_copy_of(monkeypatch, tmp_path):
+    from core.errors import ConfigurationError
+    from pipelines.weights import check_reachable
+
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    check_reachable("nvidia/Nemotron-Labs-Audex-2B", "audex-tts")  # online: the engine fetches
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    check_reachable(str(tmp_path), "audex-tts")  # a local folder
+    with pytest.raises(ConfigurationError) as info:
+        check_reachable("nvidia/Nemotron-Labs-Audex-2B", "audex-tts")
+    message = str(info.value)
+    assert "'nvidia/Nemotron-Labs-Audex-2B' is a Hub id, this host is offline" in message
+    assert "checkpoint_folder_audiogen/" in message and "option model of audex-tts" in message
+    assert "\n" not in message and info.value.code == "model_unreachable"
+    snapshot = tmp_path / "hub" / "models--nvidia--Nemotron-Labs-Audex-2B" / "snapshots" / "abc"
+    snapshot.mkdir(parents=True)
+    check_reachable("nvidia/Nemotron-Labs-Audex-2B", "audex-tts")  # a cached copy loads
+
+
+def test_a_gpu_worker_on_an_offline_host_refuses_a_hub_id_in_one_line(tmp_path):
+    options = json.dumps({"minimax-h3": FAKE})  # the default model: a Hub id
+    line = one_line_error(omnijobs(tmp_path, "worker", "--pipeline", "minimax-h3",
+                                   OMNIJOBS_PIPELINES='["minimax-h3"]',
+                                   OMNIJOBS_PIPELINE_OPTIONS=options, HF_HUB_OFFLINE="1",
+                                   HF_HUB_CACHE=str(tmp_path / "hub")))
+    assert "'MiniMaxAI/MiniMax-H3' is a Hub id, this host is offline" in line
