@@ -49,9 +49,13 @@ def test_one_engine_stack_everywhere_it_is_named():
     assert ENGINE_STACK == {d: pins[d] for d in ENGINE_STACK}  # the worker's start-up check
     docker = (ROOT / "Dockerfile.gpu").read_text()
     assert f"ARG BASE=vllm/vllm-openai:v{pins['vllm']}\n" in docker
-    [install] = [line for line in docker.splitlines() if "pip install" in line]
+    instructions = re.sub(r"\\\n\s*", " ", docker).splitlines()  # continuations joined
+    [install] = [line for line in instructions if "pip install" in line]
     assert set(re.findall(r"'([a-z-]+==[0-9.]+)'", install)) == {
         f"{d}=={v}" for d, v in pins.items()} and "'.[gpu]'" in install
+    # into a venv that sees the image's packages, held to the image's own versions
+    assert "python3 -m venv --system-site-packages /opt/omnijobs" in install
+    assert "pip freeze --all" in install and "-c /tmp/image-constraints.txt" in install
     assert f"'vllm-omni=={pins['vllm-omni']}'" in (ROOT / "Makefile").read_text()
 
 
