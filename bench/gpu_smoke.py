@@ -12,13 +12,21 @@ and size the engine made (MiniMax-H3 renders 17n+5 frames at multiple-of-32 size
     python -m bench.gpu_smoke \\
         --audex-model /models/Nemotron-Labs-Audex-2B --xcodec1-path /models/xcodec1 \\
         --t2va-model /models/MiniMax-H3 [--gpu 0] [--t2va-gpus 0,1,2,3,4,5] \\
-        [--only audex-tts,audex-tta,minimax-h3]
+        [--only audex-tts,audex-tta,minimax-h3] [--check]
 
 The Audex deploys use one GPU (``--gpu``); ``minimax_h3_disaggregated.yaml`` spreads its
 two stages over six (``--t2va-gpus``: encoder on the first two, DiT on the other four).
 Audex TTA decodes with the external XCodec1 checkpoint: ``--xcodec1-path`` (or
 ``XCODEC1_PATH``) names a local copy; without one the engine fetches
 ``hf-audio/xcodec-hubert-general-balanced`` from the Hugging Face Hub.
+
+``--check`` judges instead of only printing: per speech pipeline the default, an
+unguided and a guided job (rate, channels, length, not silent), a cancel while a job
+streams and the same engine's next job, and eight jobs at once; for H3 the frame grid,
+size and A/V sync. It prints a PASS or FAIL line per check, every wait has a deadline,
+and any FAIL exits 1 (docs/gpu.md, "Prove it on your GPU host"). The GPUs default to as
+many as each deploy config names, and the script waits for a worker's GPU memory to be
+released before it starts the next.
 
 It runs on the embedded stack (SQLite, filesystem broker, local store) in a temporary
 folder, so it needs no other service. ``--fake`` swaps in the CPU fake engine from the
@@ -41,6 +49,8 @@ from pathlib import Path
 
 import httpx
 
+from omnijobs.released import wait_released
+
 ROOT = Path(__file__).resolve().parent.parent
 XCODEC1_REPO = "hf-audio/xcodec-hubert-general-balanced"
 # Celery's own line once the worker consumes (celery/apps/worker.py: '%s ready.'), for the
@@ -61,8 +71,13 @@ JOBS = {
 
 
 def pipeline_options(args: argparse.Namespace) -> dict:
-    fake = {"engine_factory": "tests.fake_omni:make_engine",
-            "tokenizer_factory": "tests.fake_omni:make_tokenizer"} if args.fake else {}
+    fake = {}
+    if args.fake:  # the fake at its named Hopper pace, so a long job is long enough to cancel
+        from tests.fake_omni import STEP_BASE_S, STEP_PER_SEQ_S
+
+        fake = {"engine_factory": "tests.fake_omni:make_engine",
+                "tokenizer_factory": "tests.fake_omni:make_tokenizer",
+                "engine_kwargs": {"step_cost_s": [STEP_BASE_S, STEP_PER_SEQ_S]}}
     return {
         "audex-tts": {"model": args.audex_model, "deploy_config": args.tts_deploy, **fake},
         "audex-tta": {"model": args.audex_model, "deploy_config": args.tta_deploy, **fake},
@@ -132,20 +147,135 @@ def spawn(argv: list[str], env: dict[str, str], log: Path) -> subprocess.Popen:
                                 start_new_session=True)
 
 
-def submit(api: httpx.Client, name: str) -> dict:
-    """The job through the API; polled until it ends."""
+ENDED = ("completed", "failed", "cancelled", "expired", "deadline_exceeded")
+
+
+class Overdue(Exception):
+    """A wait passed its deadline: the check that waited fails, and says so."""
+
+
+def start(api: httpx.Client, name: str, **changes) -> str:
+    """Submit the pipeline's job (with ``changes`` to its body) through the API."""
     path, body = JOBS[name]
-    resp = api.post(path, json=body, headers={"Prefer": "respond-async"})
+    resp = api.post(path, json={**body, **changes}, headers={"Prefer": "respond-async"})
     resp.raise_for_status()
-    job_id = resp.json()["id"]
-    while (job := api.get(f"/v1/jobs/{job_id}").json())["status"] not in (
-            "completed", "failed", "cancelled"):
+    return resp.json()["id"]
+
+
+def wait_job(api: httpx.Client, job_id: str, timeout_s: float,
+             until: tuple[str, ...] = ENDED) -> dict:
+    deadline = time.monotonic() + timeout_s
+    while (job := api.get(f"/v1/jobs/{job_id}").json())["status"] not in until:
+        if time.monotonic() > deadline:
+            raise Overdue(f"job {job_id} still {job['status']} after {timeout_s:.0f} s")
         time.sleep(0.2)
     return job
 
 
+# About half a minute of speech: long enough to cancel while it streams.
+LONG_TEXT = " ".join(["Omnijobs keeps every engine busy and records every job it runs."] * 10)
+IN_FLIGHT = 8  # the Audex deploys' max_num_seqs: one worker's slots
+
+
+class Verdicts:
+    """PASS and FAIL lines, printed as they come; ``failed`` counts the FAILs."""
+
+    def __init__(self) -> None:
+        self.passed = self.failed = 0
+
+    def __call__(self, pipeline: str, what: str, ok: bool, detail: str) -> bool:
+        print(f"{'PASS' if ok else 'FAIL'} {pipeline}: {what}: {detail}", flush=True)
+        self.passed += ok
+        self.failed += not ok
+        return ok
+
+
+def judge_audio(api: httpx.Client, job: dict, spec) -> tuple[bool, str]:
+    """A speech job's output as a client gets it: completed, the pipeline's rate and
+    channels, a plausible length, and not silent."""
+    from media.probe import probe_audio
+    from media.validate import rms
+
+    if job["status"] != "completed":
+        return False, f"ended {job['status']} ({(job.get('error') or {}).get('code')})"
+    audio = probe_audio(api.get(f"/v1/jobs/{job['id']}/content").content)
+    level = rms(audio.samples)
+    ok = (audio.sample_rate == spec.sample_rate and audio.channels == spec.channels
+          and 0.3 <= audio.duration_s <= 60 and level > 0.005)
+    return ok, (f"{audio.duration_s:.2f} s, {audio.sample_rate} Hz (expected "
+                f"{spec.sample_rate}), {audio.channels} ch, rms {level:.3f}")
+
+
+def judge_video(api: httpx.Client, job: dict, spec) -> tuple[bool, str]:
+    """H3's contract: frames on its 17n+5 grid, a size on its multiple-of-32 grid (the
+    one the job records), its audio rate, and the audio as long as the video: within one
+    frame and the AAC codec's priming and padding, the service's own rule for a file."""
+    from core.errors import OmniJobsError
+    from media.probe import probe_video
+    from media.validate import rms
+    from media.verify import check_encoded_sync
+
+    if job["status"] != "completed":
+        return False, f"ended {job['status']} ({(job.get('error') or {}).get('code')})"
+    probe = probe_video(api.get(f"/v1/jobs/{job['id']}/content").content)
+    out = job["outputs"][0]
+    audio = probe.audio
+    drift = abs(audio.duration_s - probe.duration_s) if audio is not None else float("inf")
+    try:
+        check_encoded_sync(probe)
+        in_sync = audio is not None
+    except OmniJobsError:
+        in_sync = False
+    ok = (probe.frames % 17 == 5 and probe.width % 32 == 0 and probe.height % 32 == 0
+          and (probe.width, probe.height, probe.frames) == (out["width"], out["height"],
+                                                            out["frames"])
+          and in_sync and audio.sample_rate == spec.sample_rate and rms(audio.samples) > 0.005)
+    return ok, (f"{probe.frames} frames at {probe.width}x{probe.height}, {probe.fps:g} fps; "
+                f"audio {audio.sample_rate if audio else '-'} Hz, A/V drift "
+                f"{drift * 1000:.1f} ms")
+
+
+def ended(api: httpx.Client, job_id: str, timeout_s: float) -> dict:
+    """The job once it ends, or a stand-in that says it did not in time."""
+    try:
+        return wait_job(api, job_id, timeout_s)
+    except Overdue as exc:
+        return {"id": job_id, "status": "overdue", "error": {"code": str(exc)}}
+
+
+def check_speech(name: str, api: httpx.Client, spec, verdict: Verdicts,
+                 timeout_s: float) -> None:
+    """Guided and unguided; a cancel while the job streams, then the same engine's next
+    job; and IN_FLIGHT jobs at once, each with its own correct audio."""
+    for label, cfg in (("unguided job", 1.0), ("guided job", 1.5)):
+        verdict(name, label, *judge_audio(api, ended(api, start(api, name, cfg_scale=cfg),
+                                                     timeout_s), spec))
+    long_id = start(api, name, input=LONG_TEXT, cfg_scale=1.0)
+    try:
+        wait_job(api, long_id, timeout_s, until=("running", *ENDED))
+        api.post(f"/v1/jobs/{long_id}/cancel").raise_for_status()
+        status = wait_job(api, long_id, timeout_s)["status"]
+    except Overdue as exc:
+        status = str(exc)
+    verdict(name, "cancel while it streams", status == "cancelled", f"ended {status}")
+    verdict(name, "the next job after the cancel",
+            *judge_audio(api, ended(api, start(api, name, cfg_scale=1.0), timeout_s), spec))
+    started = time.monotonic()
+    ids = [start(api, name, cfg_scale=1.0, input=f"{JOBS[name][1]['input']} Take {i}.")
+           for i in range(IN_FLIGHT)]
+    deadline = started + timeout_s  # together, as one job's bound: they run at once
+    judged = [judge_audio(api, ended(api, job_id, max(0.0, deadline - time.monotonic())),
+                          spec) for job_id in ids]
+    good = sum(ok for ok, _ in judged)
+    worst = next((detail for ok, detail in judged if not ok), "")
+    verdict(name, f"{IN_FLIGHT} jobs at once", good == IN_FLIGHT,
+            f"{good}/{IN_FLIGHT} correct in {time.monotonic() - started:.1f} s"
+            + (f"; first wrong: {worst}" if worst else ""))
+
+
 def run_one(name: str, env: dict[str, str], home: Path, gpu: str, api: httpx.Client,
-            args: argparse.Namespace, server: subprocess.Popen | None = None) -> dict:
+            args: argparse.Namespace, server: subprocess.Popen | None = None,
+            verdict: Verdicts | None = None) -> dict:
     from core.settings import Settings
     from media.probe import probe_audio, probe_video
     from media.validate import rms
@@ -156,6 +286,7 @@ def run_one(name: str, env: dict[str, str], home: Path, gpu: str, api: httpx.Cli
 
     settings = Settings()
     import_pipeline_modules()
+    spec = get_spec(name)
     log = home / f"{name}.log"
     started = time.monotonic()
     worker = spawn(["worker", "--pipeline", name, "--gpu", gpu], env, log)
@@ -163,18 +294,23 @@ def run_one(name: str, env: dict[str, str], home: Path, gpu: str, api: httpx.Cli
         wait_ready(worker, log, f"{name} worker", args.ready_timeout, server)
         ready_s = time.monotonic() - started
         if server is not None:  # started with the first worker: up by now, or soon
-            wait_api(server, api, home / "api.log")
+            wait_api(server, api, home / "api.log", args.ready_timeout)
         submitted = time.monotonic()
-        job = submit(api, name)
+        job = ended(api, start(api, name), args.job_timeout)
         wall_s = time.monotonic() - submitted
+        if verdict is not None:
+            judge = judge_video if spec.video else judge_audio
+            verdict(name, "the default job", *judge(api, job, spec))
+            if not spec.video:
+                check_speech(name, api, spec, verdict, args.job_timeout)
     finally:
         stop_s, killed = stop(worker, args.shutdown_grace)
+        wait_released(worker.pid)  # its stages' GPU memory, before the next worker loads
     row = {"pipeline": name, "status": job["status"], "ready_s": round(ready_s, 2),
            "wall_s": round(wall_s, 2), "error": (job.get("error") or {}).get("code"),
            "shutdown_s": round(stop_s, 2), "shutdown_killed": killed}
     done = JobRepository(make_sessionmaker(make_engine(settings.db_url))).get(job["id"])
-    spec = get_spec(name)
-    if done.outputs:
+    if done is not None and done.outputs:
         out = done.outputs[0]
         data = make_store(settings).get(out.key)
         audio = probe_video(data).audio if spec.video else probe_audio(data)
@@ -186,10 +322,14 @@ def run_one(name: str, env: dict[str, str], home: Path, gpu: str, api: httpx.Cli
     return row
 
 
-def wait_api(server: subprocess.Popen, api: httpx.Client, log: Path) -> None:
+def wait_api(server: subprocess.Popen, api: httpx.Client, log: Path,
+             timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
     while True:
         if server.poll() is not None:
             raise RuntimeError(f"the API exited; see {log}")
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the API not up after {timeout_s:.0f} s; see {log}")
         try:
             if api.get("/healthz", timeout=2).status_code == 200:
                 return
@@ -214,19 +354,34 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--t2va-model", default="MiniMaxAI/MiniMax-H3")
     parser.add_argument("--t2va-deploy", default="minimax_h3_disaggregated.yaml")
     parser.add_argument("--only", default="audex-tts,audex-tta,minimax-h3")
-    parser.add_argument("--gpu", default="0", help="GPU of the Audex workers")
-    parser.add_argument("--t2va-gpus", default="0,1,2,3,4,5",
-                        help="GPUs of the MiniMax-H3 worker (its deploy uses six)")
+    parser.add_argument("--gpu", help="GPUs of the Audex workers (default: as many as "
+                        "their deploy config names, from 0)")
+    parser.add_argument("--t2va-gpus", help="GPUs of the MiniMax-H3 worker (default: as "
+                        "many as its deploy config names, six, from 0)")
+    parser.add_argument("--check", action="store_true",
+                        help="judge each output, cancel and concurrency, print PASS/FAIL "
+                             "lines, and exit non-zero on any FAIL")
+    parser.add_argument("--job-timeout", type=float, default=900.0,
+                        help="seconds any one job may take before its check fails")
     parser.add_argument("--ready-timeout", type=float, default=3600.0,
                         help="seconds a worker may take to load and warm its engine")
     parser.add_argument("--shutdown-grace", type=float, default=180.0,
                         help="seconds a worker may take to shut its engine down")
     parser.add_argument("--fake", action="store_true", help="CPU fake engine (script check)")
-    return parser.parse_args()
+    args = parser.parse_args()
+    from pipelines.devices import gpus_needed
+
+    def first(deploy: str) -> str:
+        return ",".join(str(i) for i in range(gpus_needed(deploy)))
+    args.gpu = args.gpu or first(args.tts_deploy)
+    args.t2va_gpus = args.t2va_gpus or first(args.t2va_deploy)
+    return args
 
 
 def main() -> None:
+    began = time.monotonic()
     args = parse_args()
+    verdict = Verdicts() if args.check else None
     names = [n for n in args.only.split(",") if n]
     home = Path(tempfile.mkdtemp(prefix="omnijobs-smoke-"))
     env = {k: v for k, v in os.environ.items() if not k.startswith("OMNIJOBS_")}
@@ -249,12 +404,16 @@ def main() -> None:
         with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30,
                           headers={"Authorization": f"Bearer {key}"}) as api:
             rows = [run_one(name, env, home, args.t2va_gpus if name == "minimax-h3"
-                            else args.gpu, api, args, server) for name in names]
+                            else args.gpu, api, args, server, verdict) for name in names]
     finally:
         stop(server, 30)
     print(json.dumps(rows, indent=2))
     print(f"logs: {home}")
-    sys.exit(0 if all(r["status"] == "completed" for r in rows) else 1)
+    if verdict is not None:
+        print(f"{verdict.passed} PASS, {verdict.failed} FAIL "
+              f"({time.monotonic() - began:.0f} s in all)")
+    completed = all(r["status"] == "completed" for r in rows)
+    sys.exit(0 if completed and (verdict is None or not verdict.failed) else 1)
 
 
 if __name__ == "__main__":

@@ -164,6 +164,9 @@ ENTRYPOINT_KWARGS = frozenset({
 REMOVED_KWARGS = {"diffusion_batch_size": "max_num_seqs",  # omni_base.py:192-196
                   "log_requests": "log_stats"}
 INIT_TIMEOUT_S, STAGE_INIT_TIMEOUT_S = 600, 300  # vLLM-Omni's defaults, omni_base.py:181-182
+# One thing broken on purpose, for the GPU smoke check's own tests: "silent" (zero audio),
+# "rate" (speech at 22050 Hz), "stuck-cancel" (the engine stops stepping after an abort)
+BREAK = os.environ.get("FAKE_OMNI_BREAK", "")
 FAKE_VLLM_VERSION = "0.30.0"  # the vllm the fake stands in for: vllm-omni 0.30.0's line
 
 
@@ -402,6 +405,7 @@ class StepScheduler:
                  hold_file: str | None = None, stats_file: str | None = None) -> None:
         self.capacity, self.cost_s = capacity, cost_s
         self.hold_file, self.stats_file = hold_file, stats_file
+        self.frozen = False
         self.waiting: deque[Running] = deque()
         self.running: list[Running] = []
         self.peak_seqs = self.steps = 0
@@ -480,6 +484,9 @@ class StepScheduler:
                 self._write_stats()
             if not self.running:  # idle: the next request starts the loop again
                 return
+            if self.frozen:  # a broken engine (FAKE_OMNI_BREAK=stuck-cancel): no more steps
+                await asyncio.sleep(HOLD_POLL_S)
+                continue
             if self.hold_file and Path(self.hold_file).exists():
                 self._abort_finished()
                 await asyncio.sleep(HOLD_POLL_S)
@@ -570,6 +577,7 @@ class FakeOmni:
         self.aborted.append(request_id)
         if self._scheduler is not None:
             self._scheduler.abort(request_id)
+            self._scheduler.frozen = BREAK == "stuck-cancel"
 
     @property
     def scheduler(self) -> StepScheduler:
@@ -629,7 +637,7 @@ class FakeOmni:
         per_word = 1.0 if "[drawl]" in text else 0.25
         seconds = min(TTA_CAP_S, 0.4 * words) if tta else per_word * words
         key = "model_outputs" if "[model_outputs]" in text else "audio"
-        sr = [np.array(SR, dtype=np.int32)]
+        sr = [np.array(22050 if BREAK == "rate" else SR, dtype=np.int32)]
         if "[hang]" in text:
             await asyncio.sleep(30)
         if "[engine-abort]" in text:  # preempted by the engine, not by the caller
@@ -639,6 +647,8 @@ class FakeOmni:
             yield output({key: tensor([]), "sr": sr}, finished=True, reason="stop")
             return
         full = speech(self._codes(text, params[0], seconds) * HOP / SR, text)
+        if BREAK == "silent":
+            full = full * 0
         extra = params[0].extra_args or {}
         seqs = 2 if float(extra.get("cfg_scale") or 1.0) > 1.0 else 1  # the companion
         if tta:  # XCodec decodes the full payload once (audex_tta.yaml:4-6)
