@@ -295,7 +295,8 @@ def render_claimed(rt: WorkerRuntime, app: Celery, job: JobRecord) -> str | tupl
     outcome when generation stopped."""
     notify(rt.bus, job.id, running=True)
     limit = rt.max_runtime_s(job.pipeline)
-    own = job.max_run_s is not None and job.max_run_s < limit
+    # the caller's bound up to the limit itself, which the API accepts (api/deadlines.py)
+    own = job.max_run_s is not None and job.max_run_s <= limit
     lease = Lease(rt.jobs, job.id, job.attempts, rt.settings.lease_s,
                   job.max_run_s if own else limit,
                   on_timeout=lambda: timed_out(rt, app, job, lease),

@@ -67,6 +67,21 @@ def test_past_max_run_s_a_cooperative_pipeline_is_cancelled_and_the_process_kept
     assert ended.usage.render_s >= 0.6 and ended.usage.failed_render_s == ended.usage.render_s
 
 
+def test_max_run_s_equal_to_the_pipelines_limit_is_still_the_callers_deadline(
+        rt, app, tenant, monkeypatch):
+    """The API accepts max_run_s up to the pipeline's maximum runtime, inclusive: at the
+    limit itself it is still the caller's bound (deadline_exceeded, final), not the
+    pipeline's (a timeout, retried)."""
+    monkeypatch.setattr(rt, "recycle", lambda: None)
+    monkeypatch.setattr(rt, "max_runtime_s", lambda name: 0.6)
+    job = with_deadlines(rt, submit(rt, tenant, "test-video-slow", prompt="ok",
+                                    seconds=1.0, size="64x48", fps=24), max_run_s=0.6)
+    assert outcome(run_job(rt, app, job.id)) == "deadline_exceeded"
+    ended = rt.jobs.get(job.id)
+    assert (ended.status, ended.error_code, ended.attempts) == (
+        JobStatus.CANCELLED, "deadline_exceeded", 1)
+
+
 def test_each_attempts_time_is_its_usage_and_the_workers_counter(rt, app, tenant):
     before_ok, before_bad = counted("piper-joe"), counted("test-silent")
     done = [submit(rt, tenant, "piper-joe") for _ in range(3)]
