@@ -20,7 +20,7 @@ from storage.objects import LocalStore
 
 from ..deps import Services, services
 from ..routes.batches import get_batch
-from ..routes.files import get_file
+from ..routes.files import stored_content
 from ..routes.jobs import output_of
 from ..service import get_job
 from ..stored_file import StoredFileResponse
@@ -60,8 +60,5 @@ def batch_file(batch_id: str, file_id: str, svc: Services = Depends(services),
     batch = get_batch(svc, who.scope, batch_id)
     if file_id not in (batch.input_file_id, batch.output_file_id, batch.error_file_id):
         raise NotFound(f"batch {batch.id} has no file {file_id[:40]}", param="file_id")
-    record = get_file(svc, batch.tenant_id, file_id)
-    return StreamingResponse(svc.store.stream(record.key), media_type="application/jsonl",
-                             headers={"Content-Length": str(record.bytes),
-                                      "Content-Disposition":
-                                          f'attachment; filename="{record.id}.jsonl"'})
+    return stored_content(svc, batch.tenant_id, file_id, "application/jsonl", headers={
+        "Content-Disposition": f'attachment; filename="{file_id}.jsonl"'})

@@ -165,12 +165,20 @@ def retrieve_file(file_id: str, svc: Services = Depends(services),
 @router.get("/{file_id}/content")
 def file_content(file_id: str, svc: Services = Depends(services),
                  tenant: str = Depends(tenant_id)) -> StreamingResponse:
+    return stored_content(svc, tenant, file_id)
+
+
+def stored_content(svc: Services, tenant: str, file_id: str, media_type: str = CONTENT_TYPE,
+                   headers: dict[str, str] | None = None) -> StreamingResponse:
+    """A file's bytes, or 410 once it has expired (the record stays): every download of
+    a file, the console's too, goes through this one check."""
     record = get_file(svc, tenant, file_id)
     if not record.expired(datetime.now(UTC)):
         try:
             return StreamingResponse(svc.store.stream(record.key),
-                                     media_type=CONTENT_TYPE,
-                                     headers={"Content-Length": str(record.bytes)})
+                                     media_type=media_type,
+                                     headers={"Content-Length": str(record.bytes),
+                                              **(headers or {})})
         except NotFound:  # deleted, or expired, since it was read
             record = get_file(svc, tenant, file_id)
             if not record.expired(datetime.now(UTC)):

@@ -302,3 +302,32 @@ def test_pages_and_docs_allow_this_origin_only(api):
     assert not re.search(r'(src|href)="(https?:)?//', docs), docs
     assert client.get("/docs/assets/../../core/settings.py").status_code == 404
     assert client.get("/console/static/nothing.js").status_code == 404
+
+
+def test_an_expired_batch_file_is_gone_from_the_console_too(api):
+    """The console's download reads the same expiry as /v1/files/{id}/content: 410 and
+    nothing of the (deleted) content, not a stream of a key that may hold other bytes."""
+    from datetime import UTC, datetime, timedelta
+
+    from storage.models import File
+    from tasks.retention import expire_files
+    from tasks.runtime import WorkerRuntime
+
+    key = new_key(api, tenant())
+    client = api.client(key=key)
+    upload = client.post("/v1/files", data={"purpose": "batch"},
+                         files={"file": ("in.jsonl", b'{"a": 1}\n', "application/jsonl")}
+                         ).json()
+    batch = client.post("/v1/batches", json={"input_file_id": upload["id"],
+                                             "endpoint": "/v1/audio/speech",
+                                             "completion_window": "24h"}).json()
+    console = signed_in(api, key)
+    path = f"/console/batches/{batch['id']}/files/{upload['id']}"
+    assert console.get(path).content == b'{"a": 1}\n'
+    with api.app.state.engine.begin() as conn:
+        conn.execute(update(File).where(File.id == upload["id"]).values(
+            expires_at=datetime.now(UTC) - timedelta(seconds=1)))
+    expired = console.get(path)
+    assert expired.status_code == 410 and b'{"a": 1}' not in expired.content
+    expire_files(WorkerRuntime(api.settings))  # the bytes deleted: still a 410, not a 500
+    assert console.get(path).status_code == 410
