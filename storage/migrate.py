@@ -8,6 +8,7 @@ from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
+from sqlalchemy import text
 from sqlalchemy.engine import make_url
 
 from core.errors import ConfigurationError, ServiceUnavailable
@@ -25,11 +26,34 @@ def alembic_config(url: str) -> Config:
     return cfg
 
 
+MIGRATE_LOCK = 0x6F6D6E696A6F6273  # "omnijobs": the advisory lock migrations hold
+
+
 def upgrade(url: str, revision: str = "head") -> tuple[str | None, str | None]:
-    """Upgrade; returns the revisions before and after (None: no schema)."""
-    before = current_revision(url)
-    command.upgrade(alembic_config(url), revision)
-    return before, current_revision(url)
+    """Upgrade; returns the revisions before and after (None: no schema).
+
+    On PostgreSQL one migration runs at a time: each holds a session advisory lock
+    while it reads the revision and upgrades, so a second ``omnijobs migrate`` started
+    beside the first (two replicas' init steps) waits, then finds the schema at head
+    and does nothing, instead of creating ``alembic_version`` a second time
+    (UniqueViolation). SQLite, the embedded mode's, has one process migrating it."""
+    engine = make_engine(url)
+    try:
+        with engine.connect() as conn:
+            if conn.dialect.name == "postgresql":
+                conn.execute(text("SELECT pg_advisory_lock(:key)"), {"key": MIGRATE_LOCK})
+                conn.commit()
+            before = MigrationContext.configure(conn).get_current_revision()
+            conn.commit()
+            cfg = alembic_config(url)
+            cfg.attributes["connection"] = conn
+            command.upgrade(cfg, revision)
+            conn.commit()
+            after = MigrationContext.configure(conn).get_current_revision()
+            conn.commit()  # the lock goes with the connection
+            return before, after
+    finally:
+        engine.dispose()
 
 
 def downgrade(url: str, revision: str) -> None:

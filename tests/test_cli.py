@@ -256,3 +256,24 @@ def test_an_engine_past_its_start_up_bound_exits_for_a_restart_in_one_line(tmp_p
     assert result.returncode == RESTART_EXIT
     assert "did not become ready within 1800s" in line and "init_timeout_s" in line
     assert line.endswith("exiting for a restart")
+
+
+def test_migrations_started_together_on_an_empty_database_both_succeed(tmp_path):
+    """Two `omnijobs migrate` at once (two replicas' init steps): one upgrades, the other
+    waits for it and finds nothing left to do, instead of a UniqueViolation traceback."""
+    from .services import create_database, drop_database
+
+    url = create_database()
+    try:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("OMNIJOBS_")}
+        env.update(PYTHONPATH=str(ROOT), OMNIJOBS_DATABASE_URL=url)
+        runs = [subprocess.Popen([sys.executable, "-m", "omnijobs.cli", "migrate"],
+                                 cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True) for _ in range(3)]
+        results = [run.communicate(timeout=120) for run in runs]
+        assert [run.returncode for run in runs] == [0, 0, 0], results
+        outs = sorted(out for out, _ in results)
+        assert sum("upgraded from an empty database" in out for out in outs) == 1, outs
+        assert sum("already at the latest revision" in out for out in outs) == 2, outs
+    finally:
+        drop_database(url)
