@@ -9,6 +9,8 @@ import logging
 import signal
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 from tasks.exit_codes import RESTART_EXIT
@@ -53,10 +55,23 @@ def die_with_parent() -> None:  # pragma: no cover - runs in the child before ex
         pass
 
 
+CRASH_LIMIT = 5  # deaths by a signal in a row, each soon after its start, before giving up
+HEALTHY_S = 60.0  # a worker that ran this long before it was killed starts the count over
+MAX_BACKOFF_S = 30.0
+
+
 def supervise(args: list[str], metrics: Path | None = None) -> int:
+    """Start the worker; start a fresh one when it asks for a restart (RESTART_EXIT) or
+    when a signal nobody here sent kills it (the OOM killer, an operator's kill -9): that
+    death is logged with the signal's name, and the fresh worker starts after a backoff
+    (1 s, doubling, at most MAX_BACKOFF_S), up to CRASH_LIMIT deaths in a row. A worker
+    that exits by itself with another code (a refusal it explained) ends the supervisor
+    with that code: starting it again would only refuse again."""
     log = logging.getLogger("omnijobs.supervisor")
     child: subprocess.Popen | None = None
     stopping = False
+    stopped = threading.Event()
+    crashes = 0
 
     def forward(signum, _frame) -> None:
         """Each signal reaches the worker once: it runs in a process group of its own,
@@ -64,12 +79,14 @@ def supervise(args: list[str], metrics: Path | None = None) -> int:
         means "hand back now"). After one, no fresh worker is started."""
         nonlocal stopping
         stopping = True
+        stopped.set()
         if child is not None and child.poll() is None:
             child.send_signal(signum)
 
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, forward)
     while True:
+        started = time.monotonic()
         child = subprocess.Popen([sys.executable, "-m", "omnijobs.cli", *args],
                                  preexec_fn=die_with_parent, process_group=0)
         code = child.wait()
@@ -77,7 +94,21 @@ def supervise(args: list[str], metrics: Path | None = None) -> int:
             from prometheus_client.multiprocess import mark_process_dead
 
             mark_process_dead(child.pid, path=str(metrics))
-        if code != RESTART_EXIT or stopping:
+        if stopping or (code != RESTART_EXIT and code >= 0):
             return code
         wait_released(child.pid)  # its stages, and the GPU memory they held
-        log.warning("worker exited for a restart; starting a fresh one")
+        if code == RESTART_EXIT:
+            crashes = 0
+            log.warning("worker exited for a restart; starting a fresh one")
+            continue
+        name = signal.Signals(-code).name
+        crashes = crashes + 1 if time.monotonic() - started < HEALTHY_S else 1
+        if crashes > CRASH_LIMIT:
+            log.error("worker (pid %d) was killed by %s, %d times in a row within %g s of "
+                      "its start; giving up", child.pid, name, crashes, HEALTHY_S)
+            return 128 - code
+        delay = min(MAX_BACKOFF_S, 2.0 ** (crashes - 1))
+        log.error("worker (pid %d) was killed by %s; starting a fresh one in %g s (%d of "
+                  "%d in a row)", child.pid, name, delay, crashes, CRASH_LIMIT)
+        if stopped.wait(delay):
+            return 128 - code

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 from pathlib import Path
 
@@ -120,3 +121,22 @@ def test_t2va_contract_rejections_and_idempotent_seeds(stack, key):
         assert first.json()["seed"] == again.json()["seed"] != other.json()["seed"]
         for video in (first.json(), other.json()):  # nothing left running for later tests
             c.delete(f"/v1/videos/{video['id']}")
+
+
+def test_a_killed_worker_is_logged_and_started_again(stack, gpu_worker, key):
+    """kill -9 (or the OOM killer) on the worker under its supervisor: the supervisor
+    says which signal, starts a fresh worker after a backoff, and lives on."""
+    supervisor = gpu_worker.proc.pid
+    children = Path(f"/proc/{supervisor}/task/{supervisor}/children")
+    [child] = children.read_text().split()
+    readies = gpu_worker.log.read_text().count(" ready.")
+    os.kill(int(child), signal.SIGKILL)
+    wait_until(lambda: gpu_worker.log.read_text().count(" ready.") > readies, 120,
+               "a fresh worker")
+    log = gpu_worker.log.read_text()
+    assert f"worker (pid {child}) was killed by SIGKILL; starting a fresh one in 1 s" in log
+    assert gpu_worker.proc.poll() is None and children.read_text().split() != [child]
+    with stack.client(key) as c:  # and it serves
+        resp = c.post("/v1/audio/speech", headers={"Prefer": "respond-async"},
+                      json={"model": AUDEX, "input": "After the kill."})
+        assert wait_job(c, resp.json()["id"], timeout=120)["status"] == "completed"
