@@ -110,3 +110,19 @@ def test_a_tenant_whose_oldest_job_waits_out_a_backoff_is_served_its_next_ready_
     claimed = repos.jobs.claim_next(token, "w", 60)
     assert (claimed.tenant_id, claimed.id) == (a, a2)
     assert repos.jobs.get(a1).status is JobStatus.QUEUED
+
+
+def test_a_tenant_with_nothing_ready_is_passed_over_not_picked_and_fallen_back_from(
+        repos, pipeline):  # noqa: F811
+    """A heavy tenant (weight 10) whose only job waits out a retry backoff has the lowest
+    key in the lane, but nothing to claim: it must not be the pick. Were it picked, the
+    claim would fall back to the lane's oldest ready job and serve that job's tenant over
+    and over (B C B B C C), not in turn (B C B C B C)."""
+    a, b, c = repos.new_tenant(), repos.new_tenant(), repos.new_tenant()
+    ShareRepository(repos.sessions).set_weight(a, 10)
+    (_, token), = queue(repos, a, pipeline, 1)
+    job = repos.jobs.claim_next(token, "w", 60)
+    repos.jobs.requeue(job.id, job.attempts, queue="q", delay_s=3600, code="x",
+                       message="retry later")  # a: served once, a tenth of a pass
+    messages = queue(repos, b, pipeline, 3) + queue(repos, c, pipeline, 3)
+    assert drain(repos, messages) == [b, c, b, c, b, c]
