@@ -32,14 +32,19 @@ def cancel_batch_jobs(s: Session, batch_id: str, now: datetime,
     unfinished job of a batch, in one statement of the caller's transaction (a running
     job's worker stops at its next heartbeat, and reports its time then). The batch's own
     event reports it; no per-job events. The jobs first, then their open attempts: the
-    order a worker's transitions lock them in, so the two never deadlock."""
-    cancelled = s.execute(update(Job).where(
+    order a worker's transitions lock them in, so the two never deadlock. The jobs that
+    ran get their usage record here, as a job cancelled alone does (a worker's time
+    reported later rewrites it); those that never ran have none."""
+    ended = s.execute(update(Job).where(
         Job.batch_id == batch_id,
         Job.status.in_([JobStatus.QUEUED.value, JobStatus.RUNNING.value])).values(
         status=status.value, completed_at=now, updated_at=now,
-        lease_expires_at=None)).rowcount
+        lease_expires_at=None).returning(Job.id, Job.attempts)).all()
     history.close_batch_attempts(s, batch_id, now)
-    return cancelled
+    for job_id, attempts in ended:
+        if attempts:
+            metering.settle(s, job_id, now)
+    return len(ended)
 
 
 

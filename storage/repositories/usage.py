@@ -25,11 +25,16 @@ COMPLETED = "completed"  # the attempt outcome whose time bought the output
 
 
 def settle(s: Session, job_id: str, now: datetime) -> None:
-    """Write (or rewrite) the job's usage record in the caller's transaction."""
+    """Write (or rewrite) the job's usage record in the caller's transaction. Usage
+    counts the jobs that ran, however they ended: a job that ended without an attempt
+    (cancelled or expired while queued) has none, and is in no sum."""
     job = s.execute(select(Job.tenant_id, Job.kind, Job.model, Job.pipeline, Job.batch_id,
                            Job.status, Job.attempts, Job.request, Job.completed_at)
                     .where(Job.id == job_id)).first()
     if job is None:
+        return
+    if not job.attempts:
+        s.execute(delete(JobUsage).where(JobUsage.job_id == job_id))
         return
     render = failed = 0.0
     device = None

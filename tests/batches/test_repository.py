@@ -283,3 +283,31 @@ def test_a_cancel_caught_in_a_deadlock_runs_again(pg_url):
     assert result.status is BatchStatus.CANCELLING
     assert repos.count(Job, Job.batch_id == batch.id,
                        Job.status == JobStatus.CANCELLED.value) == 3
+
+
+@pytest.mark.parametrize("end", ["cancel", "expire"])
+def test_a_batchs_ended_jobs_that_ran_are_on_the_usage_record(repos, end):
+    """Usage counts every job that ran, however it ended: the batch's cancel or expiry
+    ends its running jobs in one statement, and settles their usage in the same
+    transaction; the queued ones never ran and have none (as a job cancelled alone)."""
+    batch, queued = repos.expanded(4)
+    done = repos.jobs.claim(queued[0][0], "w", 60)
+    assert repos.jobs.complete(done.id, done.attempts, [], 3600, render=(0.5, "cpu"))
+    running = repos.jobs.claim(queued[1][0], "w", 60)
+    if end == "cancel":
+        repos.batches.cancel(batch.id, repos.tenant)
+    else:
+        ended_batch_by_expiry(repos, batch.id)
+    assert repos.jobs.get(running.id).status in (JobStatus.CANCELLED, JobStatus.EXPIRED)
+    assert repos.jobs.get(running.id).usage is not None  # it ran: it counts
+    assert repos.jobs.record_render(running.id, running.attempts, 0.75, "cpu")  # reported late
+    assert repos.jobs.get(running.id).usage.render_s == 0.75
+    assert [repos.jobs.get(q[0]).usage for q in queued[2:]] == [None, None]  # never ran
+
+
+def ended_batch_by_expiry(repos, batch_id: str) -> None:
+    """The batch's window passed: the finalize step expires its unfinished jobs."""
+    with repos.sessions.begin() as s:
+        s.execute(update(Batch).where(Batch.id == batch_id).values(
+            expires_at=datetime.now(UTC) - timedelta(seconds=1)))
+    assert repos.batches.begin_finalize(batch_id, LEASE_S) is not None

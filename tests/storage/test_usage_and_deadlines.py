@@ -127,3 +127,19 @@ def test_a_run_past_max_run_s_is_cancelled_with_deadline_exceeded(repos: Repos):
     ended = repos.jobs.get(job.id)
     assert (ended.status, ended.error_code) == (JobStatus.CANCELLED, "deadline_exceeded")
     assert (ended.usage.render_s, ended.usage.failed_render_s) == (2.5, 2.5)
+
+
+def test_a_job_cancelled_before_it_ran_has_no_usage_and_is_not_counted(repos: Repos):
+    """Usage counts the jobs that ran: one cancelled while queued has `usage` null (as
+    docs/deadlines-and-usage.md says) and is not among the tenant's jobs in /v1/usage."""
+    tenant = repos.new_tenant()
+    start = int(datetime.now(UTC).timestamp()) // 3600 * 3600
+    never = repos.submit(tenant)
+    repos.jobs.cancel(never.id, tenant)
+    ran = repos.submit(tenant)
+    repos.jobs.claim(ran.id, "w", lease_s=60)
+    repos.jobs.cancel(ran.id, tenant)
+    assert repos.jobs.get(never.id).usage is None
+    assert repos.jobs.get(ran.id).usage is not None
+    [row] = UsageRepository(repos.sessions).buckets(tenant, start, start + 3600, 3600)
+    assert (row.usage.jobs, row.usage.attempts) == (1, 1)
