@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
+from datetime import timedelta
 
 from celery import Celery
 
@@ -59,21 +60,38 @@ def relay_outbox(rt: WorkerRuntime, app: Celery, budget_s: float = RELAY_BUDGET_
             return relayed
 
 
+def lost_render(rt: WorkerRuntime, job: JobRecord) -> tuple[float, None] | None:
+    """A lost attempt's time, as far as anyone saw it: from its claim to its worker's last
+    heartbeat (the lease's expiry less one lease). A worker killed outright reports
+    nothing, and that time was spent (on the device too) all the same."""
+    if job.lease_expires_at is None:
+        return None
+    claimed = next((a.claimed_at for a in rt.jobs.attempts(job.id)
+                    if a.attempt == job.attempts), None)
+    if claimed is None:
+        return None
+    last_beat = job.lease_expires_at - timedelta(seconds=rt.settings.lease_s)
+    return max(0.0, (last_beat - claimed).total_seconds()), None
+
+
 def reclaim(rt: WorkerRuntime, app: Celery, job: JobRecord) -> bool:
     """Each job reclaimed is a line of its own, naming it (the step's count alone says
-    that something happened, not to which job)."""
+    that something happened, not to which job). The lost attempt's time goes on its
+    record (``lost_render``)."""
     where = f"job {job.id} ({job.pipeline}): its worker stopped responding on attempt " \
             f"{job.attempts} of {job.max_attempts}"
+    render = lost_render(rt, job)
     if job.attempts >= job.max_attempts:
         failed = rt.jobs.fail(job.id, "lease_expired",
                               f"worker stopped responding on attempt {job.attempts} of "
-                              f"{job.max_attempts}", attempt=job.attempts, only_if_expired=True)
+                              f"{job.max_attempts}", attempt=job.attempts, only_if_expired=True,
+                              render=render)
         if failed:
             log.warning("%s; failed (no attempt left)", where, extra={"job_id": job.id})
         return failed
     msg = rt.jobs.requeue(job.id, job.attempts, queue=queue_for(job.pipeline), delay_s=0,
                           code="lease_expired", message="worker stopped responding; retrying",
-                          only_if_expired=True)
+                          only_if_expired=True, render=render)
     publish_and_mark(app, rt.outbox, msg)
     if msg is not None:
         log.warning("%s; queued again", where, extra={"job_id": job.id})

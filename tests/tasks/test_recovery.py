@@ -232,3 +232,38 @@ def test_a_pipeline_stopped_by_its_runtime_limit_timed_out_not_cancelled(rt):  #
     reason = stop_reason(overdue, cancelled)
     assert isinstance(reason, JobTimedOut) and reason.code == "timeout" and reason.retryable
     assert stop_reason(Lease(rt.jobs, "job_x", 1, lease_s=5), cancelled) is cancelled
+
+
+@pytest.mark.parametrize("left", [1, 0])
+def test_a_lost_attempts_time_is_counted_up_to_its_last_heartbeat(rt, app, tenant,  # noqa: F811
+                                                                  left):
+    """A worker killed outright reports nothing; the reaper records the attempt's time
+    from its claim to its last heartbeat (the lease's expiry less one lease), as failed
+    render time, whether the job goes back to the queue or fails."""
+    from datetime import UTC, datetime, timedelta
+
+    from sqlalchemy import update
+
+    from storage.models import Job, JobAttempt
+
+    job = submit(rt, tenant, "piper-joe")
+    for _ in range(rt.settings.max_attempts - 1 - left):
+        claimed = rt.jobs.claim(job.id, "w", lease_s=60)
+        rt.jobs.requeue(job.id, claimed.attempts, queue="q", delay_s=0, code="x", message="y",
+                        render=(0.0, None))
+    claimed = rt.jobs.claim(job.id, "w", lease_s=60)
+    now = datetime.now(UTC)
+    with rt.jobs._sessions.begin() as s:  # claimed 30 s ago; its lease ran out 10 s ago
+        s.execute(update(JobAttempt).where(JobAttempt.job_id == job.id,
+                                           JobAttempt.attempt == claimed.attempts)
+                  .values(claimed_at=now - timedelta(seconds=30)))
+        s.execute(update(Job).where(Job.id == job.id).values(
+            lease_expires_at=now - timedelta(seconds=10)))
+    [stale] = [j for j in rt.jobs.expired_leases() if j.id == job.id]
+    assert reclaim(rt, app, stale)
+    seen = 20.0 - rt.settings.lease_s  # to the last heartbeat: one lease before expiry
+    lost = rt.jobs.attempts(job.id)[claimed.attempts - 1]
+    assert lost.outcome in ("retried", "failed") and abs(lost.render_s - seen) < 1.0
+    if left == 0:  # failed for good: the usage record has the lost time as failed time
+        usage = rt.jobs.get(job.id).usage
+        assert abs(usage.failed_render_s - seen) < 1.0
