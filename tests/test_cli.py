@@ -105,28 +105,22 @@ def test_gpu_pipeline_on_a_cpu_install_names_the_gpu_extra(tmp_path):
     assert "[gpu] extra" in line and "pip install -e '.[gpu]'" in line
 
 
-def test_gpu_worker_on_a_mismatched_engine_stack_is_one_line(tmp_path):
-    """The fake engine refuses a vllm that vllm-omni 0.30.0 was not built for, as the
-    production factory does before it imports anything."""
+@pytest.mark.parametrize(("env", "said"), [
+    # a vllm that vllm-omni 0.30.0 was not built for: refused before anything imports it
+    ({"FAKE_OMNI_VLLM_VERSION": "0.33.0"}, ("this install has vllm 0.33.0", "vllm==0.30.0")),
+    # a CPU build of the pinned torch passes the pins; refused before the engine starts
+    ({"FAKE_OMNI_TORCH": "2.13.0+cpu"}, ("torch 2.13.0+cpu is built without CUDA",
+                                          "driver 580")),
+])
+def test_gpu_worker_on_a_wrong_engine_stack_is_one_line(tmp_path, env, said):
+    """The fake engine refuses what the production factory refuses, saying what to
+    install."""
     options = '{"audex-tts": {"engine_factory": "tests.fake_omni:make_engine", ' \
               '"tokenizer_factory": "tests.fake_omni:make_tokenizer"}}'
     line = one_line_error(omnijobs(tmp_path, "worker", "--pipeline", "audex-tts",
                                    OMNIJOBS_PIPELINES='["audex-tts"]',
-                                   OMNIJOBS_PIPELINE_OPTIONS=options,
-                                   FAKE_OMNI_VLLM_VERSION="0.33.0"))
-    assert "this install has vllm 0.33.0" in line and "vllm==0.30.0" in line
-
-
-def test_gpu_worker_on_a_cpu_torch_is_one_line(tmp_path):
-    """A CPU build of the pinned torch passes the version pins; the worker still
-    refuses it before the engine starts, and says which build and driver it needs."""
-    options = '{"audex-tts": {"engine_factory": "tests.fake_omni:make_engine", ' \
-              '"tokenizer_factory": "tests.fake_omni:make_tokenizer"}}'
-    line = one_line_error(omnijobs(tmp_path, "worker", "--pipeline", "audex-tts",
-                                   OMNIJOBS_PIPELINES='["audex-tts"]',
-                                   OMNIJOBS_PIPELINE_OPTIONS=options,
-                                   FAKE_OMNI_TORCH="2.13.0+cpu"))
-    assert "torch 2.13.0+cpu is built without CUDA" in line and "driver 580" in line
+                                   OMNIJOBS_PIPELINE_OPTIONS=options, **env))
+    assert all(words in line for words in said), line
 
 
 def test_worker_for_a_pipeline_the_api_does_not_list_is_one_line(tmp_path):

@@ -61,17 +61,21 @@ def test_the_engine_fails_its_first_start_on_an_unprepared_read_only_folder(chec
     assert result.returncode != 0 and "Read-only file system" in result.stderr
 
 
-def test_a_worker_refuses_an_unprepared_read_only_folder_in_one_line(checkpoint, tmp_path):
-    options = json.dumps({"audex-tts": {"model": str(checkpoint), **FAKE}})
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("OMNIJOBS_")}
-    clean.update(PYTHONPATH=str(ROOT), OMNIJOBS_PIPELINES='["audex-tts"]',
-                 OMNIJOBS_PIPELINE_OPTIONS=options)
-    work = tmp_path / "work"
+def worker_under(mount: Path, pipeline: str, options: dict, work: Path,
+                 **env: str) -> subprocess.CompletedProcess:
+    """``omnijobs worker --pipeline PIPELINE`` with ``mount`` read-only for it."""
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("OMNIJOBS_", "HF_"))}
+    clean.update(PYTHONPATH=str(ROOT), OMNIJOBS_PIPELINES=json.dumps([pipeline]),
+                 OMNIJOBS_PIPELINE_OPTIONS=json.dumps({pipeline: options}), **env)
     work.mkdir()
-    result = subprocess.run(read_only(checkpoint, sys.executable, "-m", "omnijobs.cli",
-                                      "worker", "--pipeline", "audex-tts"),
-                            cwd=work, env=clean, capture_output=True, text=True, timeout=60)
-    line = one_line_error(result)
+    return subprocess.run(read_only(mount, sys.executable, "-m", "omnijobs.cli", "worker",
+                                    "--pipeline", pipeline),
+                          cwd=work, env=clean, capture_output=True, text=True, timeout=60)
+
+
+def test_a_worker_refuses_an_unprepared_read_only_folder_in_one_line(checkpoint, tmp_path):
+    line = one_line_error(worker_under(checkpoint, "audex-tts",
+                                       {"model": str(checkpoint), **FAKE}, tmp_path / "work"))
     assert f"run `omnijobs models prepare {checkpoint}`" in line
     assert "2 shard(s)" in line and "cannot write there" in line
 
@@ -118,17 +122,8 @@ def test_a_worker_refuses_a_module_cache_it_cannot_write_in_one_line(tmp_path):
     there (HF_MODULES_CACHE unset)."""
     models = tmp_path / "models"
     (models / "hf").mkdir(parents=True)
-    options = json.dumps({"minimax-h3": FAKE})
-    clean = {k: v for k, v in os.environ.items()
-             if not k.startswith(("OMNIJOBS_", "HF_"))}
-    clean.update(PYTHONPATH=str(ROOT), OMNIJOBS_PIPELINES='["minimax-h3"]',
-                 OMNIJOBS_PIPELINE_OPTIONS=options, HF_HOME=str(models / "hf"))
-    work = tmp_path / "work"
-    work.mkdir()
-    result = subprocess.run(read_only(models, sys.executable, "-m", "omnijobs.cli",
-                                      "worker", "--pipeline", "minimax-h3"),
-                            cwd=work, env=clean, capture_output=True, text=True, timeout=60)
-    line = one_line_error(result)
+    line = one_line_error(worker_under(models, "minimax-h3", FAKE, tmp_path / "work",
+                                       HF_HOME=str(models / "hf")))
     assert f"remote code under {models / 'hf' / 'modules'}" in line
     assert "set HF_MODULES_CACHE to a writable folder" in line
 
