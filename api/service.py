@@ -16,8 +16,9 @@ from core.errors import Conflict, InvalidRequest, NotFound, TooManyRequests, cli
 from core.jobs import JobKind, JobStatus, is_job_id
 from core.text import refused_character
 from pipelines import PipelineSpec
+from storage import eta
 from storage.records import Deadlines, JobRecord, JobWebhookRequest, NewJob, QueueStanding
-from storage.views import DEADLINE_EXCEEDED, JobPublic, job_view
+from storage.views import DEADLINE_EXCEEDED, WAITING_FOR_A_WORKER, JobPublic, job_view
 
 from .deps import Services
 from .metrics import JOBS_SUBMITTED, PUBLISH_DEFERRED
@@ -139,15 +140,25 @@ def job_public(svc: Services, job: JobRecord) -> JobPublic:
 def one_job_public(svc: Services, job: JobRecord) -> JobPublic:
     """One job as ``GET`` shows it: with its queue position and estimates (a list page
     leaves those to each job's own ``GET``)."""
-    return job_view(job, svc.store, svc.settings.signed_url_ttl_s, status_detail(svc, job),
-                    standing_of(svc, job))
+    standing = standing_of(svc, job)
+    return job_view(job, svc.store, svc.settings.signed_url_ttl_s,
+                    status_detail(svc, job, standing), standing)
 
 
 def standing_of(svc: Services, job: JobRecord) -> QueueStanding | None:
     return svc.standings.of(job) if svc.standings is not None else None
 
 
-def status_detail(svc: Services, job: JobRecord) -> str | None:
+def status_detail(svc: Services, job: JobRecord,
+                  standing: QueueStanding | None = None) -> str | None:
+    """Why a queued job waits. Where its standing was read (its own GET), from the same
+    look at the registry: a stale view refreshed between two looks must not make one body
+    say "no live worker" in the estimate's reason and nothing in ``status_detail``."""
+    if standing is not None and job.status is JobStatus.QUEUED:
+        if standing.reason == eta.NO_LIVE_WORKER:
+            return WAITING_FOR_A_WORKER
+        if standing.reason in (None, eta.NO_RECENT_THROUGHPUT):  # a live worker counted
+            return None
     return svc.fleet.detail(job) if svc.fleet is not None else None
 
 

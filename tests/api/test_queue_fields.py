@@ -26,3 +26,20 @@ def test_a_queued_job_says_where_it_stands_and_why_nothing_is_estimated(api):
     assert all(j["estimated_start_at"] is None and j["estimate_unavailable_reason"]
                == "no_live_worker" for j in jobs)
     assert all(j["queue_position"] is None for j in listed)  # each job's own GET has it
+
+
+def test_the_first_read_after_an_idle_spell_agrees_with_itself(api, monkeypatch):
+    """After an idle spell the registry view is stale: the first look at it answers from
+    the old view and starts a refresh on a thread of its own. When that refresh lands
+    between the two looks one GET takes (here: at once), the body must not say both "no
+    live worker" (the estimate's reason) and nothing about waiting for one."""
+    fleet = api.services.fleet
+    with api.client("idle-spell") as c:
+        job_id = c.post("/v1/audio/speech", headers={"Prefer": "respond-async"},
+                        json={"model": "tts-1", "input": "After a while."}).json()["id"]
+        pipeline = api.services.jobs.get(job_id).pipeline
+        views = iter([{pipeline: 1}])  # the old view once (a worker served it), then now
+        monkeypatch.setattr(fleet, "counts", lambda: next(views, {pipeline: 0}))
+        job = c.get(f"/v1/jobs/{job_id}").json()
+    no_worker = job["estimate_unavailable_reason"] == "no_live_worker"
+    assert (job["status_detail"] == "waiting for a worker") == no_worker, job
