@@ -77,14 +77,17 @@ def prepare(root: str | os.PathLike,
     return missing
 
 
+def hf_home() -> str:
+    """``HF_HOME`` as huggingface_hub resolves it: else ``$XDG_CACHE_HOME/huggingface``,
+    else ``~/.cache/huggingface``."""
+    return os.path.expanduser(os.environ.get("HF_HOME") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME", "~/.cache"), "huggingface"))
+
+
 def modules_cache() -> str:
     """Where transformers writes remote code: ``HF_MODULES_CACHE``, else ``modules``
-    under ``HF_HOME`` as huggingface_hub resolves it (``$XDG_CACHE_HOME/huggingface``,
-    else ``~/.cache/huggingface``)."""
-    home = os.environ.get("HF_HOME") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME", "~/.cache"), "huggingface")
-    return os.environ.get("HF_MODULES_CACHE") or os.path.join(os.path.expanduser(home),
-                                                               "modules")
+    under ``HF_HOME``."""
+    return os.environ.get("HF_MODULES_CACHE") or os.path.join(hf_home(), "modules")
 
 
 def check_modules_cache() -> None:
@@ -120,9 +123,9 @@ def offline() -> bool:
 
 
 def hub_cache() -> str:
-    home = os.environ.get("HF_HOME") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME", "~/.cache"), "huggingface")
-    return os.environ.get("HF_HUB_CACHE") or os.path.join(os.path.expanduser(home), "hub")
+    """Where the hub keeps its snapshots: ``HF_HUB_CACHE``, else ``hub`` under
+    ``HF_HOME``."""
+    return os.environ.get("HF_HUB_CACHE") or os.path.join(hf_home(), "hub")
 
 
 def check_reachable(model: str, pipeline: str) -> None:
